@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One device-machine session (no network there): GPU tests, then the geglu benchmark.
+# Runs from the repository root with the source tree on PYTHONPATH; pytest comes from wheels
+# carried in .whl/ when the image lacks it. Results land in $OUT.
+#   usage: bash scripts/gpu_session.sh [tests|bench|all] [extra bench args...]
+set -uo pipefail
+WHAT=${1:-all}; shift || true
+OUT=${OUT:-./gpu-out}; mkdir -p "$OUT"
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+if ! python3 -c "import pytest" 2>/dev/null && [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
+python3 -m fusedmlp.cli info
+rc=0
+if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
+    python3 -m pytest -q -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest.log" | tail -40
+    rc=${PIPESTATUS[0]}
+fi
+if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
+    python3 -m fusedmlp.cli bench geglu --out "$OUT" "$@" 2> "$OUT/bench.stderr" || rc=1
+    tail -5 "$OUT/bench.stderr"
+fi
+exit $rc

@@ -1,0 +1,32 @@
+"""fusedmlp: fused Triton kernels for MLP blocks, forward and backward.
+
+Set ``TRITON_INTERPRET=1`` before the first use to run the kernels on CPU tensors through
+Triton's interpreter; without it CPU tensors take the plain-PyTorch reference path. The
+public names are loaded on first access, so ``import fusedmlp`` (and the CLI, which sets
+the interpreter flag itself on machines without a GPU) imports no kernel module yet.
+"""
+
+import importlib
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "geglu": "fusedmlp.ops.glu",
+    "geglu_reference": "fusedmlp.ops.glu",
+    "ACTIVATIONS": "fusedmlp.ops.activations",
+    "GEGLU": "fusedmlp.nn.glu",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'fusedmlp' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

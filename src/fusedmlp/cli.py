@@ -1,0 +1,149 @@
+"""The ``fusedmlp`` command: ``fusedmlp info``, ``fusedmlp bench SUITE``, ``fusedmlp bench-plot FILE``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from pathlib import Path
+
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def _prepare_backend() -> bool:
+    """True with a CUDA GPU; otherwise turn on the Triton interpreter before kernels load."""
+    import torch
+
+    if torch.cuda.is_available():
+        return True
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    return False
+
+
+def _parse_shapes(text: str):
+    shapes = []
+    for item in text.split(","):
+        try:
+            d, n = item.lower().split("x")
+            shapes.append((int(d), int(n)))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"shape {item!r} is not of the form DxN (e.g. 1024x8192)") from None
+    return shapes
+
+
+def cmd_info(args) -> int:
+    has_gpu = _prepare_backend()
+    import torch
+    import triton
+
+    import fusedmlp
+    from fusedmlp.kernels.configs import INTERPRET
+
+    print(f"fusedmlp {fusedmlp.__version__}")
+    print(f"python   {sys.version.split()[0]}")
+    print(f"torch    {torch.__version__} (CUDA {torch.version.cuda})")
+    print(f"triton   {triton.__version__}")
+    if has_gpu:
+        print(f"device   {torch.cuda.get_device_name()} (capability {torch.cuda.get_device_capability()})")
+        print("backend  Triton kernels on CUDA tensors")
+    else:
+        print("device   no CUDA GPU")
+        print(f"backend  {'Triton interpreter' if INTERPRET else 'PyTorch reference'} on CPU tensors")
+    print(f"ops      geglu; activations: {', '.join(fusedmlp.ACTIVATIONS)}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    has_gpu = _prepare_backend()
+    import torch
+
+    from fusedmlp.bench import harness
+    from fusedmlp.bench.suites import SUITES
+
+    suite = importlib.import_module(SUITES[args.suite])
+    dtype = getattr(torch, DTYPES[args.dtype])
+    env = harness.environment()
+    if not has_gpu:
+        headers, table = suite.run_cpu_check(dtype)
+        print(f"No CUDA GPU: {args.suite} ran through the Triton interpreter on a small shape.")
+        print("Relative error against the float64 reference (||out - ref|| / ||ref||):\n")
+        print(harness.format_table(headers, table))
+        print("\nTimings and memory figures need a CUDA GPU; run this command on one.")
+        return 0
+    impls = args.impls.split(",") if args.impls else list(suite.IMPLS)
+    modes = args.modes.split(",") if args.modes else list(suite.MODES)
+    for name, given, allowed in (("impl", impls, suite.IMPLS), ("mode", modes, suite.MODES)):
+        bad = [v for v in given if v not in allowed]
+        if bad:
+            print(f"unknown {name}(s) {bad}; choose from {', '.join(allowed)}", file=sys.stderr)
+            return 2
+    shapes = args.shapes or suite.DEFAULT_SHAPES
+    rows = suite.run_gpu(shapes, dtype, impls, modes)
+    out_dir = Path(args.out)
+    stem = f"{args.suite}_{args.dtype}_{env['device'].replace(' ', '_')}"
+    json_path = out_dir / f"{stem}.json"
+    harness.write_json(json_path, env, rows)
+    headers, table = suite.summary_table(rows)
+    failed = [f"{r.impl} {r.mode} {r.shape}: {r.note}" for r in rows if r.note]
+    print(f"\n{args.suite} {args.dtype} on {env['device']} (torch {env['torch']}, triton {env['triton']}); "
+          f"median ms, ratio to the cuBLAS GEMM floor, peak MiB above inputs")
+    print(harness.format_table(headers, table))
+    for line in failed:
+        print("  " + line)
+    print(f"\nwrote {json_path}")
+    try:
+        from fusedmlp.bench.plot import plot_results
+
+        print(f"wrote {plot_results(json_path)}")
+    except ImportError:
+        print("matplotlib not installed: no plot (`fusedmlp bench-plot FILE` makes it later)")
+    return 0
+
+
+def cmd_bench_plot(args) -> int:
+    from fusedmlp.bench.plot import plot_results
+
+    print(f"wrote {plot_results(Path(args.json), args.out)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fusedmlp", description="Fused Triton kernels for MLP blocks.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    info = sub.add_parser("info", help="versions, device and which backend the ops use")
+    info.set_defaults(func=cmd_info)
+
+    bench = sub.add_parser(
+        "bench",
+        help="benchmark a fused op against eager, torch.compile and the cuBLAS GEMM floor",
+        description="On a CUDA GPU: median ms, TFLOP/s and peak memory of every implementation, "
+        "side by side, written as JSON (+ PNG if matplotlib is installed) to --out. Without a GPU: "
+        "a small interpreted accuracy check against the float64 reference.",
+    )
+    bench.add_argument("suite", choices=["geglu"], help="which op to benchmark")
+    bench.add_argument("--shapes", type=_parse_shapes, default=None,
+                       help="comma-separated DxN list (model width x rows), e.g. 1024x8192,4096x8192; "
+                            "default: 1024x8192,2048x16384,4096x8192,1024x32768")
+    bench.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="default: bf16")
+    bench.add_argument("--impls", default=None,
+                       help="comma-separated subset of fused,fused_store,eager,compile,gemm (default: all)")
+    bench.add_argument("--modes", default=None, help="comma-separated subset of fwd,bwd,fwd+bwd (default: all)")
+    bench.add_argument("--out", default="bench-out", help="output folder (default: ./bench-out)")
+    bench.set_defaults(func=cmd_bench)
+
+    plot = sub.add_parser("bench-plot", help="make the PNG plot of a bench JSON file")
+    plot.add_argument("json", help="a JSON file written by `fusedmlp bench`")
+    plot.add_argument("--out", default=None, help="PNG path (default: next to the JSON)")
+    plot.set_defaults(func=cmd_bench_plot)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

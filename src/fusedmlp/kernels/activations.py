@@ -1,0 +1,97 @@
+"""Activation functions and their derivatives, for use inside any kernel epilogue.
+
+Every function takes the pre-activation ``z`` as a register tile (fp32 or fp64; callers
+upcast 16-bit data first) and a ``tl.constexpr`` name, so the branch is resolved at compile
+time and a kernel specialised for one activation carries no other code.
+
+    identity      a(z) = z                               a'(z) = 1
+    relu          a(z) = max(z, 0)                       a'(z) = [z > 0]
+    squared_relu  a(z) = max(z, 0)^2                     a'(z) = 2 max(z, 0)
+    gelu          a(z) = z Phi(z)   (erf form)           a'(z) = Phi(z) + z phi(z)
+    gelu_tanh     a(z) = 0.5 z (1 + tanh(u))             a'(z) = s + 2 z s (1 - s) u'
+                  u = c (z + 0.044715 z^3), c = sqrt(2/pi), s = sigmoid(2u), u' = c (1 + 3*0.044715 z^2)
+    sigmoid       a(z) = s = 1 / (1 + e^-z)              a'(z) = s (1 - s)
+    silu          a(z) = z s                             a'(z) = s (1 + z (1 - s))
+
+``gelu_tanh`` uses the identity 0.5 (1 + tanh(u)) = sigmoid(2u): it needs no tanh, which is
+not available without libdevice (absent under the Triton interpreter), and it avoids the
+cancellation of ``1 + tanh(u)`` for large negative u.
+"""
+
+import triton
+import triton.language as tl
+
+# Names accepted by ``activation`` / ``activation_value_and_grad`` (host code validates against this).
+ACTIVATIONS = ("identity", "relu", "squared_relu", "gelu", "gelu_tanh", "sigmoid", "silu")
+
+_SQRT_2_OVER_PI = 0.7978845608028654
+_GELU_TANH_CUBIC = 0.044715
+_INV_SQRT_2 = 0.7071067811865476
+_INV_SQRT_2PI = 0.3989422804014327
+
+
+@triton.jit
+def _sigmoid(z):
+    # Written out rather than tl.sigmoid so that fp64 tiles stay fp64; exp of -|z| never overflows.
+    e = tl.exp(-tl.abs(z))
+    inv = 1.0 / (1.0 + e)
+    return tl.where(z >= 0, inv, e * inv)
+
+
+@triton.jit
+def activation(z, ACT: tl.constexpr):
+    """a(z) for the activation named ``ACT``."""
+    if ACT == "identity":
+        out = z
+    elif ACT == "relu":
+        out = tl.maximum(z, 0.0)
+    elif ACT == "squared_relu":
+        pos = tl.maximum(z, 0.0)
+        out = pos * pos
+    elif ACT == "gelu":
+        out = 0.5 * z * (1.0 + tl.erf(z * _INV_SQRT_2))
+    elif ACT == "gelu_tanh":
+        u = _SQRT_2_OVER_PI * z * (1.0 + _GELU_TANH_CUBIC * z * z)
+        out = z * _sigmoid(2.0 * u)
+    elif ACT == "sigmoid":
+        out = _sigmoid(z)
+    else:
+        tl.static_assert(ACT == "silu", "unknown activation")
+        out = z * _sigmoid(z)
+    return out
+
+
+@triton.jit
+def activation_value_and_grad(z, ACT: tl.constexpr):
+    """(a(z), a'(z)) for the activation named ``ACT``, sharing the transcendental work."""
+    if ACT == "identity":
+        value = z
+        grad = tl.full(z.shape, 1.0, z.dtype)
+    elif ACT == "relu":
+        value = tl.maximum(z, 0.0)
+        grad = tl.where(z > 0.0, 1.0, 0.0).to(z.dtype)
+    elif ACT == "squared_relu":
+        pos = tl.maximum(z, 0.0)
+        value = pos * pos
+        grad = 2.0 * pos
+    elif ACT == "gelu":
+        cdf = 0.5 * (1.0 + tl.erf(z * _INV_SQRT_2))
+        value = z * cdf
+        grad = cdf + z * _INV_SQRT_2PI * tl.exp(-0.5 * z * z)
+    elif ACT == "gelu_tanh":
+        z2 = z * z
+        u = _SQRT_2_OVER_PI * z * (1.0 + _GELU_TANH_CUBIC * z2)
+        du = _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_TANH_CUBIC * z2)
+        s = _sigmoid(2.0 * u)
+        value = z * s
+        grad = s + 2.0 * z * s * (1.0 - s) * du
+    elif ACT == "sigmoid":
+        s = _sigmoid(z)
+        value = s
+        grad = s * (1.0 - s)
+    else:
+        tl.static_assert(ACT == "silu", "unknown activation")
+        s = _sigmoid(z)
+        value = z * s
+        grad = s * (1.0 + z * (1.0 - s))
+    return value, grad

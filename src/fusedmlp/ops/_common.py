@@ -1,0 +1,77 @@
+"""Host-side pieces every op shares: input validation, backend choice, dtype policy."""
+
+from __future__ import annotations
+
+import torch
+import triton.language as tl
+
+from ..kernels.configs import INTERPRET
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_tensor(t, name: str, *, ndim: int | None = None, min_ndim: int | None = None) -> None:
+    """TypeError unless ``t`` is a floating tensor of a supported dtype; ValueError on a wrong rank."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"{name} must be float16, bfloat16, float32 or float64, got {t.dtype}"
+        )
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(t.shape)}")
+    if min_ndim is not None and t.dim() < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} dimension(s), got shape {tuple(t.shape)}")
+
+
+def check_same_dtype_device(reference_name: str, reference: torch.Tensor, **others) -> None:
+    """Every tensor in ``others`` (name=tensor, None skipped) matches ``reference``'s dtype and device."""
+    for name, t in others.items():
+        if t is None:
+            continue
+        if t.dtype != reference.dtype:
+            raise TypeError(
+                f"{name} has dtype {t.dtype} but {reference_name} has {reference.dtype}; "
+                f"cast them to one dtype"
+            )
+        if t.device != reference.device:
+            raise ValueError(
+                f"{name} is on {t.device} but {reference_name} is on {reference.device}; "
+                f"move them to one device"
+            )
+
+
+def use_triton(t: torch.Tensor) -> bool:
+    """Triton kernels for CUDA tensors, and for CPU tensors under the Triton interpreter.
+
+    CPU tensors without the interpreter take the plain-PyTorch reference path.
+    """
+    return t.is_cuda or INTERPRET
+
+
+def acc_dtypes(dtype: torch.dtype):
+    """(Triton accumulator dtype, torch dtype of the same) for inputs of ``dtype``."""
+    if dtype == torch.float64:
+        return tl.float64, torch.float64
+    return tl.float32, torch.float32
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """tl.dot input precision: fp32 inputs honour PyTorch's fp32 matmul precision setting."""
+    if dtype == torch.float32 and (
+        torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
+    ):
+        return "tf32"
+    if dtype in (torch.float32, torch.float64):
+        return "ieee"
+    return "tf32"  # 16-bit operands: the argument does not apply; Triton's default
+
+
+def upcast_dots(dtype: torch.dtype) -> bool:
+    """The interpreter computes bf16 dots wrongly (and fp16 ones slowly): upcast them to fp32."""
+    return INTERPRET and dtype in (torch.float16, torch.bfloat16)
+
+
+def autotune_m_key(m: int) -> int:
+    """M rounded up to a power of two: the autotune key, so a new batch size does not re-tune."""
+    return 1 << max(m - 1, 0).bit_length()

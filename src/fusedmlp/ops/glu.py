@@ -1,0 +1,231 @@
+"""GEGLU projection: validation, kernel launch, autograd and the torch.library ops.
+
+    fusedmlp.geglu(x, weight, bias=None, *, recompute=True)
+        h = x @ weight.T + bias;  y = h[..., :out] * gelu_tanh(h[..., out:])
+
+``weight`` is the packed ``[2*out, in]`` weight of one ``nn.Linear(in, 2*out)``.
+
+Two torch.library custom ops carry the Triton kernels, so ``torch.compile(fullgraph=True)``
+traces through them (fake implementations give shapes, the autograd formula is registered):
+
+    fusedmlp::geglu(x, weight, bias, store_h) -> (y, h)
+        h is the [M, 2*out] pre-activation if store_h, else an empty tensor.
+    fusedmlp::geglu_backward_dh(grad_y, x, weight, bias, h) -> (dh, db)
+        the fused elementwise backward: recomputes h from x when h is None.
+
+Backward memory modes: ``recompute=True`` saves only x (weight and bias are parameters) and
+recomputes h inside the backward kernel; ``recompute=False`` saves h too (2*out values per
+row), so the backward kernel only streams h and g. Then ``dW = dh.T @ x`` and
+``dx = dh @ weight`` run on cuBLAS (through aten, so torch.compile sees them).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+
+from ..kernels.configs import GLU_BWD_BLOCK_M, GLU_BWD_CONFIGS, GLU_GEMM_CONFIGS, Launcher
+from ..kernels.glu import geglu_bwd_dh_kernel, geglu_fwd_kernel
+from ._common import (
+    acc_dtypes,
+    autotune_m_key,
+    check_same_dtype_device,
+    check_tensor,
+    dot_precision,
+    upcast_dots,
+    use_triton,
+)
+from .activations import activation_grad_reference, activation_reference
+
+__all__ = ["geglu", "geglu_reference"]
+
+_TUNE_KEY = ["M_KEY", "OUT", "K", "HAS_BIAS"]
+_fwd_launcher = Launcher(geglu_fwd_kernel, GLU_GEMM_CONFIGS, key=_TUNE_KEY + ["STORE_H"])
+_bwd_launcher = Launcher(
+    geglu_bwd_dh_kernel, GLU_BWD_CONFIGS, key=_TUNE_KEY + ["RECOMPUTE"], fixed={"BLOCK_M": GLU_BWD_BLOCK_M}
+)
+
+
+# --------------------------------------------------------------------------------------
+# Reference (float64 oracle in tests, and the CPU path without the Triton interpreter)
+# --------------------------------------------------------------------------------------
+def geglu_reference(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Plain PyTorch: ``x1 * gelu_tanh(x2)`` with ``[x1 | x2] = x @ weight.T + bias``."""
+    h = torch.nn.functional.linear(x, weight, bias)
+    x1, x2 = h.chunk(2, dim=-1)
+    return x1 * activation_reference(x2, "gelu_tanh")
+
+
+def _reference_dh(grad_y: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """dh = [g * t | g * x1 * t'] in the accumulator dtype (fp32, or fp64 for fp64 inputs)."""
+    x1, x2 = h.to(acc_dtypes(h.dtype)[1]).chunk(2, dim=-1)
+    g = grad_y.to(x1.dtype)
+    return torch.cat([g * activation_reference(x2, "gelu_tanh"), g * x1 * activation_grad_reference(x2, "gelu_tanh")], -1)
+
+
+# --------------------------------------------------------------------------------------
+# Kernel launches
+# --------------------------------------------------------------------------------------
+def _launch_fwd(x, weight, bias, store_h):
+    m, k = x.shape
+    out = weight.shape[0] // 2
+    y = torch.empty((m, out), dtype=x.dtype, device=x.device)
+    h = torch.empty((m, 2 * out) if store_h else (0,), dtype=x.dtype, device=x.device)
+    if m == 0 or out == 0:
+        return y, h
+    acc_tl, _ = acc_dtypes(x.dtype)
+    grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
+    _fwd_launcher.launch(
+        grid,
+        x, weight, bias if bias is not None else y, y, h if store_h else y,
+        m, out, k, autotune_m_key(m),
+        x.stride(0), x.stride(1), weight.stride(0), weight.stride(1), y.stride(0), h.stride(0) if store_h else 0,
+        HAS_BIAS=bias is not None, STORE_H=store_h,
+        ACC_DTYPE=acc_tl, DOT_PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype),
+        fp64=x.dtype == torch.float64,
+    )
+    return y, h
+
+
+def _launch_bwd_dh(grad_y, x, weight, bias, h):
+    m, k = x.shape
+    out = weight.shape[0] // 2
+    recompute = h is None
+    acc_tl, acc_torch = acc_dtypes(x.dtype)
+    dh = torch.empty((m, 2 * out), dtype=x.dtype, device=x.device)
+    num_tiles_m = triton.cdiv(m, GLU_BWD_BLOCK_M)
+    db_partial = torch.empty((num_tiles_m, 2 * out) if bias is not None else (0,), dtype=acc_torch, device=x.device)
+    if m == 0 or out == 0:
+        db = torch.zeros((2 * out,) if bias is not None else (0,), dtype=x.dtype, device=x.device)
+        return dh, db
+    grid = lambda meta: (num_tiles_m * triton.cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
+    _bwd_launcher.launch(
+        grid,
+        grad_y, x, weight, bias if bias is not None else dh, dh if recompute else h, dh,
+        db_partial if bias is not None else dh,
+        m, out, k, autotune_m_key(m),
+        grad_y.stride(0), grad_y.stride(1), x.stride(0), x.stride(1), weight.stride(0), weight.stride(1),
+        0 if recompute else h.stride(0), dh.stride(0),
+        HAS_BIAS=bias is not None, RECOMPUTE=recompute,
+        ACC_DTYPE=acc_tl, DOT_PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype),
+        fp64=x.dtype == torch.float64,
+    )
+    # Fixed-order reduction of the per-row-block partials: same bits on every run.
+    db = db_partial.sum(dim=0).to(x.dtype) if bias is not None else db_partial.to(x.dtype)
+    return dh, db
+
+
+# --------------------------------------------------------------------------------------
+# torch.library ops
+# --------------------------------------------------------------------------------------
+@torch.library.custom_op("fusedmlp::geglu", mutates_args=())
+def _geglu_op(
+    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], store_h: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if use_triton(x):
+        return _launch_fwd(x, weight, bias, store_h)
+    h = torch.nn.functional.linear(x, weight, bias)
+    x1, x2 = h.chunk(2, dim=-1)
+    y = x1 * activation_reference(x2, "gelu_tanh")
+    return y, (h if store_h else h.new_empty((0,)))
+
+
+@_geglu_op.register_fake
+def _(x, weight, bias, store_h):
+    m = x.shape[0]
+    out = weight.shape[0] // 2
+    return x.new_empty((m, out)), x.new_empty((m, 2 * out) if store_h else (0,))
+
+
+@torch.library.custom_op("fusedmlp::geglu_backward_dh", mutates_args=())
+def _geglu_backward_dh_op(
+    grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+    h: Optional[torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if use_triton(x):
+        return _launch_bwd_dh(grad_y, x, weight, bias, h)
+    if h is None:
+        h = torch.nn.functional.linear(x, weight, bias)
+    dh_acc = _reference_dh(grad_y, h)
+    db = dh_acc.sum(0).to(x.dtype) if bias is not None else x.new_empty((0,))
+    return dh_acc.to(x.dtype), db
+
+
+@_geglu_backward_dh_op.register_fake
+def _(grad_y, x, weight, bias, h):
+    m = x.shape[0]
+    two_out = weight.shape[0]
+    return x.new_empty((m, two_out)), x.new_empty((two_out,) if bias is not None else (0,))
+
+
+def _geglu_setup_context(ctx, inputs, output):
+    x, weight, bias, store_h = inputs
+    _, h = output
+    ctx.has_bias = bias is not None
+    # recompute mode saves x only (weight and bias are the layer's parameters, not activations)
+    ctx.save_for_backward(x, weight, bias, h if store_h else None)
+
+
+def _geglu_backward(ctx, grad_y, grad_h):
+    x, weight, bias, h = ctx.saved_tensors
+    dh, db = torch.ops.fusedmlp.geglu_backward_dh(grad_y, x, weight, bias, h)
+    needs_x, needs_w, needs_b, _ = ctx.needs_input_grad
+    grad_x = dh @ weight if needs_x else None
+    grad_w = dh.t() @ x if needs_w else None  # one packed [2*out, in] tensor
+    grad_b = db if (ctx.has_bias and needs_b) else None
+    return grad_x, grad_w, grad_b, None
+
+
+torch.library.register_autograd("fusedmlp::geglu", _geglu_backward, setup_context=_geglu_setup_context)
+
+
+# --------------------------------------------------------------------------------------
+# Public entry point
+# --------------------------------------------------------------------------------------
+def _validate(x, weight, bias) -> None:
+    check_tensor(x, "x", min_ndim=1)
+    check_tensor(weight, "weight", ndim=2)
+    if bias is not None:
+        check_tensor(bias, "bias", ndim=1)
+    check_same_dtype_device("x", x, weight=weight, bias=bias)
+    two_out, in_features = weight.shape
+    if two_out % 2 != 0:
+        raise ValueError(
+            f"weight must be the packed [2*out, in] GEGLU weight (an even number of rows), got shape {tuple(weight.shape)}"
+        )
+    if x.shape[-1] != in_features:
+        raise ValueError(
+            f"x has {x.shape[-1]} features in its last dimension but weight expects in={in_features} "
+            f"(weight shape {tuple(weight.shape)})"
+        )
+    if bias is not None and bias.shape[0] != two_out:
+        raise ValueError(f"bias must have 2*out = {two_out} elements, got {bias.shape[0]}")
+
+
+def geglu(
+    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, *, recompute: bool = True
+) -> torch.Tensor:
+    """Fused GEGLU projection: ``x1 * gelu_tanh(x2)`` with ``[x1 | x2] = x @ weight.T + bias``.
+
+    Args:
+        x: ``[..., in]`` input, any leading shape; fp16, bf16, fp32 or fp64; any strides.
+        weight: ``[2*out, in]`` packed weight of one ``nn.Linear(in, 2*out)`` (rows ``[:out]``
+            give x1, rows ``[out:]`` give x2).
+        bias: optional ``[2*out]``.
+        recompute: True (default) saves only ``x`` for the backward and recomputes the
+            pre-activation there; False also saves it (``[..., 2*out]``), trading memory for
+            a cheaper backward.
+
+    Returns:
+        ``[..., out]`` tensor of x's dtype.
+    """
+    _validate(x, weight, bias)
+    if not isinstance(recompute, bool):
+        raise TypeError(f"recompute must be a bool, got {type(recompute).__name__}")
+    in_features = weight.shape[1]
+    out = weight.shape[0] // 2
+    x2d = x.reshape(-1, in_features)  # a view whenever the leading dims allow it
+    y, _ = torch.ops.fusedmlp.geglu(x2d, weight, bias, not recompute)
+    return y.reshape(*x.shape[:-1], out)

@@ -1,0 +1,316 @@
+"""Fused GEGLU: output and every gradient against a float64 reference, both memory modes."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from helpers import TOLERANCE, assert_close, rel_err
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import fusedmlp
+from fusedmlp.ops.glu import geglu_reference
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+
+
+def make_inputs(lead_shape, in_features, out_features, dtype, device, bias=True):
+    """float64 masters and their casts to ``dtype``; the weight scale keeps h in GELU's curved range."""
+    x64 = torch.randn(*lead_shape, in_features, dtype=torch.float64, device=device)
+    w64 = torch.randn(2 * out_features, in_features, dtype=torch.float64, device=device) / in_features**0.5
+    b64 = torch.randn(2 * out_features, dtype=torch.float64, device=device) if bias else None
+    g64 = torch.randn(*lead_shape, out_features, dtype=torch.float64, device=device)
+    return x64, w64, b64, g64
+
+
+def reference_grads(x64, w64, b64, g64):
+    leaves = [t.clone().requires_grad_() if t is not None else None for t in (x64, w64, b64)]
+    y = geglu_reference(*leaves)
+    y.backward(g64)
+    return y.detach(), [t.grad if t is not None else None for t in leaves]
+
+
+def check_against_reference(x, w, b, g, x64, w64, b64, g64, recompute, what=""):
+    """Run the fused op on (x, w, b) with upstream gradient g; compare y, dx, dW, db to float64."""
+    dtype = x.dtype
+    leaves = [t.detach().requires_grad_() if t is not None else None for t in (x, w, b)]  # strides kept
+    y = fusedmlp.geglu(*leaves, recompute=recompute)
+    y.backward(g)
+    ref_y, ref_grads = reference_grads(x64, w64, b64, g64)
+    assert y.dtype == dtype and y.shape == ref_y.shape
+    assert_close(y, ref_y, dtype, f"{what} y")
+    for name, leaf, ref in zip(("dx", "dW", "db"), leaves, ref_grads):
+        if leaf is None:
+            continue
+        assert leaf.grad is not None and leaf.grad.dtype == dtype, name
+        assert_close(leaf.grad, ref, dtype, f"{what} {name}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "store"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize(
+    "lead_shape,in_features,out_features",
+    [((37,), 45, 29), ((1,), 16, 8), ((3, 7), 33, 20)],
+    ids=["odd", "N=1", "3d"],
+)
+def test_matches_float64(device, dtype, recompute, bias, lead_shape, in_features, out_features):
+    x64, w64, b64, g64 = make_inputs(lead_shape, in_features, out_features, dtype, device, bias)
+    cast = lambda t: None if t is None else t.to(dtype)  # noqa: E731
+    check_against_reference(cast(x64), cast(w64), cast(b64), cast(g64), x64, w64, b64, g64, recompute)
+
+
+# layout name -> (which input, shape of the fresh base tensor, view taken of it)
+STRIDED_LAYOUTS = {
+    "x_col_step": ("x", lambda n, k, o: (n, 2 * k), lambda t: t[:, ::2]),  # non-unit stride along K
+    "x_transposed": ("x", lambda n, k, o: (k, n), lambda t: t.t()),
+    "w_sliced": ("w", lambda n, k, o: (2 * o, k + 9), lambda t: t[:, :-9]),  # row stride > row length
+    "w_transposed": ("w", lambda n, k, o: (k, 2 * o), lambda t: t.t()),
+    "x_3d_permuted": ("x", lambda n, k, o: (5, n // 5, k), lambda t: t.permute(1, 0, 2)),
+    "g_transposed": ("g", lambda n, k, o: (o, n), lambda t: t.t()),
+}
+
+
+@pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "store"])
+@pytest.mark.parametrize("layout", list(STRIDED_LAYOUTS))
+def test_strided_inputs(device, recompute, layout):
+    dtype = torch.float32
+    n, k, out = 40, 35, 23
+    x64, w64, b64, g64 = make_inputs((n,), k, out, dtype, device)
+    which, base_shape, view = STRIDED_LAYOUTS[layout]
+    base64 = torch.randn(base_shape(n, k, out), dtype=torch.float64, device=device)
+    if which == "w":
+        base64 /= k**0.5
+    strided64, strided = view(base64), view(base64.to(dtype))
+    assert not strided.is_contiguous()
+    if which == "x":
+        x64 = strided64
+        g64 = torch.randn(*x64.shape[:-1], out, dtype=torch.float64, device=device)
+    elif which == "w":
+        w64 = strided64
+    else:
+        g64 = strided64
+    x = strided if which == "x" else x64.to(dtype)
+    w = strided if which == "w" else w64.to(dtype)
+    g = strided if which == "g" else g64.to(dtype)
+    check_against_reference(x, w, b64.to(dtype), g, x64, w64, b64, g64, recompute, layout)
+
+
+class _CopyCounter(TorchDispatchMode):
+    COPY_OPS = ("aten.clone", "aten.copy_", "aten._to_copy", "aten.contiguous")
+
+    def __init__(self):
+        super().__init__()
+        self.copies = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func.overloadpacket)
+        if name.startswith(self.COPY_OPS):
+            self.copies.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "store"])
+def test_strided_2d_input_is_not_copied(device, recompute):
+    x = torch.randn(64, 48, device=device).t()  # [48, 64] with strides (1, 48)
+    w = torch.randn(30, 64, device=device)[:, :].t().contiguous().t()
+    b = torch.randn(30, device=device)
+    with _CopyCounter() as counter:
+        fusedmlp.geglu(x, w, b, recompute=recompute)
+    assert counter.copies == []
+
+
+@pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "store"])
+@pytest.mark.parametrize("lead_shape", [(0,), (2, 0)], ids=["N=0", "3d-empty"])
+def test_empty_batch(device, recompute, lead_shape):
+    x = torch.randn(*lead_shape, 24, device=device, requires_grad=True)
+    w = torch.randn(18, 24, device=device, requires_grad=True)
+    b = torch.randn(18, device=device, requires_grad=True)
+    y = fusedmlp.geglu(x, w, b, recompute=recompute)
+    assert y.shape == (*lead_shape, 9)
+    y.sum().backward()
+    assert x.grad.shape == x.shape
+    assert torch.equal(w.grad, torch.zeros_like(w)) and torch.equal(b.grad, torch.zeros_like(b))
+
+
+@pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "store"])
+def test_db_is_bitwise_deterministic(device, recompute):
+    n = 2000 if device == "cuda" else 300  # several row blocks, so db is a reduction over partials
+    x = torch.randn(n, 40, device=device)
+    w = torch.randn(50, 40, device=device, requires_grad=True)
+    b = torch.randn(50, device=device, requires_grad=True)
+    g = torch.randn(n, 25, device=device)
+    runs = []
+    for _ in range(3):
+        w.grad = b.grad = None
+        fusedmlp.geglu(x, w, b, recompute=recompute).backward(g)
+        runs.append((w.grad.clone(), b.grad.clone()))
+    for dw, db in runs[1:]:
+        assert torch.equal(db, runs[0][1])
+        assert torch.equal(dw, runs[0][0])
+
+
+@pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "store"])
+def test_saved_for_backward(device, recompute):
+    """Bytes kept for the backward, beyond the parameters: x alone in recompute mode, x + h otherwise."""
+    n, k, out = 64, 32, 24
+    layer = fusedmlp.GEGLU(k, out, recompute=recompute).to(device)
+    params = {p.data_ptr() for p in layer.parameters()}
+    x = torch.randn(n, k, device=device, requires_grad=True)
+    saved = []
+
+    def pack(t):
+        saved.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = layer(x)
+    activations = [t for t in saved if t.data_ptr() not in params]
+    saved_bytes = sum(t.numel() * t.element_size() for t in activations)
+    expected = x.numel() * x.element_size() + (0 if recompute else n * 2 * out * x.element_size())
+    assert saved_bytes == expected
+    assert any(t.data_ptr() == x.data_ptr() for t in activations)  # x itself, not a copy
+    y.sum().backward()
+
+
+@pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "store"])
+def test_torch_compile_fullgraph(device, recompute):
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    backend = "inductor" if device == "cuda" else "aot_eager"  # CPU CI: trace without a C++ build
+    layer = fusedmlp.GEGLU(40, 24, recompute=recompute).to(device)
+
+    def step(x):
+        return layer(x).square().sum()
+
+    compiled = torch.compile(step, fullgraph=True, backend=backend)
+    x = torch.randn(2, 19, 40, device=device, requires_grad=True)
+    loss = compiled(x)
+    loss.backward()
+    grads = (x.grad.clone(), layer.weight.grad.clone(), layer.bias.grad.clone())
+    assert dict(torch._dynamo.utils.counters["graph_break"]) == {}
+    x.grad = layer.weight.grad = layer.bias.grad = None
+    eager_loss = step(x)
+    eager_loss.backward()
+    assert rel_err(loss, eager_loss) < 1e-5
+    for got, want in zip(grads, (x.grad, layer.weight.grad, layer.bias.grad)):
+        assert rel_err(got, want) < 1e-5
+
+
+def test_module_loads_linear_state_dict(device):
+    linear = torch.nn.Linear(27, 2 * 13).to(device)
+    layer = fusedmlp.GEGLU(27, 13).to(device)
+    layer.load_state_dict(linear.state_dict())
+    assert set(layer.state_dict()) == {"weight", "bias"}
+    x = torch.randn(5, 27, device=device)
+    h = linear(x).double()
+    ref = h[:, :13] * torch.nn.functional.gelu(h[:, 13:], approximate="tanh")
+    assert rel_err(layer(x), ref) < TOLERANCE[torch.float32]
+    shared = fusedmlp.GEGLU.from_linear(linear)
+    assert shared.weight is linear.weight
+    assert rel_err(shared(x), ref) < TOLERANCE[torch.float32]
+    no_bias = fusedmlp.GEGLU(27, 13, bias=False)
+    assert set(no_bias.state_dict()) == {"weight"} and no_bias.bias is None
+
+
+def _bad(device, **overrides):
+    args = {
+        "x": torch.randn(4, 8, device=device),
+        "weight": torch.randn(12, 8, device=device),
+        "bias": torch.randn(12, device=device),
+    }
+    args.update(overrides)
+    return args
+
+
+@pytest.mark.parametrize(
+    "case,exc,match",
+    [
+        ("x_dtype_mismatch", TypeError, "weight has dtype"),
+        ("bias_dtype_mismatch", TypeError, "bias has dtype"),
+        ("integer_x", TypeError, "x must be float16"),
+        ("integer_weight", TypeError, "weight must be float16"),
+        ("not_a_tensor", TypeError, "x must be a torch.Tensor"),
+        ("weight_1d", ValueError, "weight must be 2-D"),
+        ("bias_2d", ValueError, "bias must be 1-D"),
+        ("x_0d", ValueError, "x must have at least 1"),
+        ("in_mismatch", ValueError, "weight expects in=8"),
+        ("odd_rows", ValueError, "even number of rows"),
+        ("bias_length", ValueError, "bias must have 2\\*out = 12"),
+        ("device_mismatch", ValueError, "move them to one device"),
+        ("recompute_not_bool", TypeError, "recompute must be a bool"),
+    ],
+)
+def test_bad_inputs(device, case, exc, match):
+    kwargs = {}
+    if case == "x_dtype_mismatch":
+        args = _bad(device, x=torch.randn(4, 8, device=device, dtype=torch.float16))
+    elif case == "bias_dtype_mismatch":
+        args = _bad(device, bias=torch.randn(12, device=device, dtype=torch.float64))
+    elif case == "integer_x":
+        args = _bad(device, x=torch.ones(4, 8, device=device, dtype=torch.int64))
+    elif case == "integer_weight":
+        args = _bad(device, weight=torch.ones(12, 8, device=device, dtype=torch.int32))
+    elif case == "not_a_tensor":
+        args = _bad(device, x=[[1.0] * 8])
+    elif case == "weight_1d":
+        args = _bad(device, weight=torch.randn(96, device=device))
+    elif case == "bias_2d":
+        args = _bad(device, bias=torch.randn(1, 12, device=device))
+    elif case == "x_0d":
+        args = _bad(device, x=torch.tensor(1.0, device=device))
+    elif case == "in_mismatch":
+        args = _bad(device, x=torch.randn(4, 9, device=device))
+    elif case == "odd_rows":
+        args = _bad(device, weight=torch.randn(11, 8, device=device), bias=torch.randn(11, device=device))
+    elif case == "bias_length":
+        args = _bad(device, bias=torch.randn(6, device=device))
+    elif case == "device_mismatch":
+        other = "meta"
+        args = _bad(device, weight=torch.randn(12, 8, device=other))
+    else:
+        args = _bad(device)
+        kwargs = {"recompute": "yes"}
+    with pytest.raises(exc, match=match):
+        fusedmlp.geglu(args["x"], args["weight"], args["bias"], **kwargs)
+
+
+def test_cpu_without_interpreter_uses_reference():
+    """CPU tensors without TRITON_INTERPRET take the PyTorch path, with the same results."""
+    code = r"""
+import torch, fusedmlp
+from fusedmlp.ops._common import use_triton
+x = torch.randn(10, 12, dtype=torch.float64, requires_grad=True)
+w = torch.randn(14, 12, dtype=torch.float64, requires_grad=True)
+b = torch.randn(14, dtype=torch.float64, requires_grad=True)
+assert not use_triton(x)
+for recompute in (True, False):
+    y = fusedmlp.geglu(x, w, b, recompute=recompute)
+    grads = torch.autograd.grad(y.square().sum(), (x, w, b))
+    ref = fusedmlp.geglu_reference(x, w, b)
+    ref_grads = torch.autograd.grad(ref.square().sum(), (x, w, b))
+    assert torch.allclose(y, ref, rtol=1e-12, atol=1e-12)
+    for a, r in zip(grads, ref_grads):
+        assert torch.allclose(a, r, rtol=1e-10, atol=1e-10)
+print("ok")
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_dot_precision_follows_torch_setting():
+    from fusedmlp.ops._common import dot_precision
+
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert dot_precision(torch.float32) == "ieee"
+        torch.set_float32_matmul_precision("high")
+        assert dot_precision(torch.float32) == "tf32"
+        assert dot_precision(torch.float64) == "ieee"
+    finally:
+        torch.set_float32_matmul_precision(before)
