@@ -5,6 +5,7 @@
 #   usage: bash scripts/gpu_session.sh [tests|bench|all] [extra bench args...]
 set -uo pipefail
 WHAT=${1:-all}; shift || true
+read -r -a PYTEST_ARGS <<< "${PYTEST_EXTRA:-}"
 OUT=${OUT:-./gpu-out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 if ! python3 -c "import pytest" 2>/dev/null && [ -d .whl ]; then
@@ -14,8 +15,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,n
 python3 -m fusedmlp.cli info
 rc=0
 if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
-    python3 -m pytest -q -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest.log" | tail -40
-    rc=${PIPESTATUS[0]}
+    timeout "${TEST_TIMEOUT:-400}" python3 -m pytest -v -rf --durations=15 -p no:cacheprovider tests "${PYTEST_ARGS[@]}" \
+        > "$OUT/pytest.log" 2>&1
+    rc=$?
+    grep -E "FAILED|passed|failed|Error|slowest|^[0-9.]+s " "$OUT/pytest.log" | tail -40
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
     python3 -m fusedmlp.cli bench geglu --out "$OUT" "$@" 2> "$OUT/bench.stderr" || rc=1

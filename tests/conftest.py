@@ -10,6 +10,9 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# One config per kernel specialisation instead of autotuning: the suite compiles many
+# (dtype x bias x mode) variants; tuning each would take minutes on a GPU.
+os.environ.setdefault("FUSEDMLP_AUTOTUNE", "0")
 
 import pytest  # noqa: E402
 

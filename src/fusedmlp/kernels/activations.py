@@ -24,10 +24,11 @@ import triton.language as tl
 # Names accepted by ``activation`` / ``activation_value_and_grad`` (host code validates against this).
 ACTIVATIONS = ("identity", "relu", "squared_relu", "gelu", "gelu_tanh", "sigmoid", "silu")
 
-_SQRT_2_OVER_PI = 0.7978845608028654
-_GELU_TANH_CUBIC = 0.044715
-_INV_SQRT_2 = 0.7071067811865476
-_INV_SQRT_2PI = 0.3989422804014327
+# Globals read inside @triton.jit code must be tl.constexpr.
+_SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)
+_GELU_TANH_CUBIC = tl.constexpr(0.044715)
+_INV_SQRT_2 = tl.constexpr(0.7071067811865476)
+_INV_SQRT_2PI = tl.constexpr(0.3989422804014327)
 
 
 @triton.jit

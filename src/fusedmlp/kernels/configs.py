@@ -14,6 +14,9 @@ import os
 import triton
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+# FUSEDMLP_AUTOTUNE=0 launches the first config of each table instead of tuning (compiles one
+# config per specialisation: the GPU test suite uses it to stay fast).
+AUTOTUNE = os.environ.get("FUSEDMLP_AUTOTUNE", "1") not in ("", "0")
 
 # Paired (GLU) GEMM tiles: two fp32 accumulators of BLOCK_M x BLOCK_N each.
 GLU_GEMM_CONFIGS = [
@@ -47,15 +50,16 @@ class Launcher:
     def __init__(self, kernel, configs, key, fixed=None):
         self.kernel = kernel
         self.fixed = dict(fixed or {})
-        self.tuned = None if INTERPRET else triton.autotune(configs=configs, key=key)(kernel)
+        self.default = dict(configs[0].kwargs, num_warps=configs[0].num_warps, num_stages=configs[0].num_stages)
+        self.tuned = triton.autotune(configs=configs, key=key)(kernel) if AUTOTUNE and not INTERPRET else None
 
     def launch(self, grid, *args, fp64=False, **kwargs):
         if INTERPRET:
-            meta = {k: v for k, v in INTERPRET_CONFIG.items()}
-            meta.update(self.fixed)
+            meta = dict(INTERPRET_CONFIG, **self.fixed)
             return self.kernel[grid](*args, **kwargs, **meta)
         if fp64:
-            meta = {k: v for k, v in FP64_CONFIG.items()}
-            meta.update({k: v for k, v in self.fixed.items()})
+            meta = dict(FP64_CONFIG, **self.fixed)
             return self.kernel[grid](*args, **kwargs, **meta)
+        if self.tuned is None:
+            return self.kernel[grid](*args, **kwargs, **self.default, **self.fixed)
         return self.tuned[grid](*args, **kwargs, **self.fixed)
