@@ -79,11 +79,10 @@ def cmd_bench(args) -> int:
             print(f"unknown {name}(s) {bad}; choose from {', '.join(allowed)}", file=sys.stderr)
             return 2
     shapes = args.shapes or suite.DEFAULT_SHAPES
-    rows = suite.run_gpu(shapes, dtype, impls, modes)
-    out_dir = Path(args.out)
     stem = f"{args.suite}_{args.dtype}_{env['device'].replace(' ', '_')}"
-    json_path = out_dir / f"{stem}.json"
-    harness.write_json(json_path, env, rows)
+    json_path = Path(args.out) / f"{stem}.json"
+    # the JSON is rewritten after every shape, so an interrupted run keeps what it measured
+    rows = suite.run_gpu(shapes, dtype, impls, modes, on_shape_done=lambda r: harness.write_json(json_path, env, r))
     headers, table = suite.summary_table(rows)
     failed = [f"{r.impl} {r.mode} {r.shape}: {r.note}" for r in rows if r.note]
     print(f"\n{args.suite} {args.dtype} on {env['device']} (torch {env['torch']}, triton {env['triton']}); "

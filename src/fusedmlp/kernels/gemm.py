@@ -60,12 +60,12 @@ def xwT_mainloop(
         if UPCAST:
             x_tile = x_tile.to(tl.float32)
             wa_tile = wa_tile.to(tl.float32)
-        acc_a = tl.dot(x_tile, wa_tile, acc_a, input_precision=DOT_PRECISION)
+        acc_a = tl.dot(x_tile, wa_tile, acc_a, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
         if PAIRED:
             wb_tile = tl.load(wb_ptrs, mask=mask_k[:, None] & mask_w[None, :], other=0.0)
             if UPCAST:
                 wb_tile = wb_tile.to(tl.float32)
-            acc_b = tl.dot(x_tile, wb_tile, acc_b, input_precision=DOT_PRECISION)
+            acc_b = tl.dot(x_tile, wb_tile, acc_b, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
             wb_ptrs += step_w
         x_ptrs += step_x
         wa_ptrs += step_w

@@ -94,7 +94,8 @@ def _measure_impl(impl, mode, x, w, b, g, n, d):
     return median_ms(fn), peak_mib_above_current(fn), extra
 
 
-def run_gpu(shapes, dtype, impls, modes) -> list[Measurement]:
+def run_gpu(shapes, dtype, impls, modes, on_shape_done=None) -> list[Measurement]:
+    """Every (shape, impl, mode); ``on_shape_done(rows)`` after each shape (to save partial results)."""
     rows = []
     bar = progress(len(shapes) * len(impls) * len(modes), "bench geglu")
     for d, n in shapes:
@@ -118,6 +119,8 @@ def run_gpu(shapes, dtype, impls, modes) -> list[Measurement]:
                 torch.cuda.empty_cache()
                 bar.update()
         del x, w, b, g
+        if on_shape_done is not None:
+            on_shape_done(rows)
     bar.close()
     return rows
 
