@@ -28,6 +28,8 @@ def plot_results(json_path: Path, png_path: Path | None = None) -> Path:
     labels = [f"d={d}\nN={n}" for d, n in shapes]
     for ax, (mode, metric, title) in zip(axes.flat, panels):
         for i, impl in enumerate(impls):
+            if metric == "act_nd" and impl == "gemm":
+                continue  # a bare GEMM keeps no activations
             values = []
             for d, n in shapes:
                 r = lookup.get((d, n, impl, mode))

@@ -164,12 +164,17 @@ def _geglu_setup_context(ctx, inputs, output):
     x, weight, bias, store_h = inputs
     _, h = output
     ctx.has_bias = bias is not None
+    # h is an internal output that never receives a gradient: without this, autograd would
+    # materialise a zero [M, 2*out] grad_h for it in every backward.
+    ctx.set_materialize_grads(False)
     # recompute mode saves x only (weight and bias are the layer's parameters, not activations)
     ctx.save_for_backward(x, weight, bias, h if store_h else None)
 
 
 def _geglu_backward(ctx, grad_y, grad_h):
     x, weight, bias, h = ctx.saved_tensors
+    if grad_y is None:  # y did not reach the loss
+        return None, None, None, None
     dh, db = torch.ops.fusedmlp.geglu_backward_dh(grad_y, x, weight, bias, h)
     needs_x, needs_w, needs_b, _ = ctx.needs_input_grad
     grad_x = dh @ weight if needs_x else None
