@@ -18,22 +18,54 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 # config per specialisation: the GPU test suite uses it to stay fast).
 AUTOTUNE = os.environ.get("FUSEDMLP_AUTOTUNE", "1") not in ("", "0")
 
-# Paired (GLU) GEMM tiles: two fp32 accumulators of BLOCK_M x BLOCK_N each.
-GLU_GEMM_CONFIGS = [
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_warps=8, num_stages=3),
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}, num_warps=4, num_stages=4),
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}, num_warps=8, num_stages=4),
-    triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_warps=4, num_stages=4),
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=8, num_stages=4),
+# Paired (GLU) GEMM tiles, (meta, num_warps, num_stages): two fp32 accumulators of
+# BLOCK_M x BLOCK_N each. Shared memory per stage with both weight tiles:
+# (BLOCK_M + 2 * BLOCK_N) * BLOCK_K * 2 bytes (bf16), plus the epilogue's output tile.
+_GLU_TILES = [
+    ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, 8, 3),
+    ({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}, 4, 4),
+    ({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}, 8, 4),
+    ({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, 4, 4),
+    ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, 8, 4),
 ]
-# Backward dh kernel: BLOCK_M fixed (db partials), the rest tuned.
+# Backward dh kernel: BLOCK_M fixed (the host sizes the db partials from it), the rest tuned.
 GLU_BWD_BLOCK_M = 128
-GLU_BWD_CONFIGS = [
-    triton.Config({"BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_warps=8, num_stages=3),
-    triton.Config({"BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}, num_warps=4, num_stages=4),
-    triton.Config({"BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}, num_warps=8, num_stages=4),
-    triton.Config({"BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, num_warps=8, num_stages=4),
+_GLU_BWD_TILES = [
+    ({"BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, 8, 3),
+    ({"BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}, 4, 4),
+    ({"BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}, 8, 4),
+    ({"BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, 8, 4),
 ]
+
+
+def _set_descriptor_blocks(nargs):
+    """Pre-hook: give each tensor descriptor the block shape of the config being run.
+
+    Told apart by name: ``x_desc`` holds [BLOCK_M, BLOCK_K] row-operand tiles, ``w*_desc``
+    [BLOCK_N, BLOCK_K] weight tiles, every other ``*_desc`` (y, h, g, dh) output-shaped
+    [BLOCK_M, BLOCK_N] tiles.
+    """
+    bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
+    for name, value in nargs.items():
+        if not name.endswith("_desc") or not hasattr(value, "block_shape"):
+            continue
+        if name == "x_desc":
+            value.block_shape = [bm, bk]
+        elif name.startswith("w"):
+            value.block_shape = [bn, bk]
+        else:
+            value.block_shape = [bm, bn]
+
+
+def _configs(tiles, tma=False):
+    hook = _set_descriptor_blocks if tma else None
+    return [triton.Config(dict(meta), num_warps=w, num_stages=st, pre_hook=hook) for meta, w, st in tiles]
+
+
+GLU_GEMM_CONFIGS = _configs(_GLU_TILES)
+GLU_TMA_CONFIGS = _configs(_GLU_TILES, tma=True)
+GLU_BWD_CONFIGS = _configs(_GLU_BWD_TILES)
+GLU_BWD_TMA_CONFIGS = _configs(_GLU_BWD_TILES, tma=True)
 # fp64 on GPU: no tensor cores and 8-byte elements; small tiles keep it out of local memory.
 FP64_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
 # The interpreter's cost is per program: larger tiles, one config.
@@ -45,21 +77,29 @@ class Launcher:
 
     ``fixed`` holds meta-parameters every config shares (e.g. a BLOCK_M the host relies on).
     ``launch(grid, *args, fp64=..., **kwargs)``: ``grid`` is a function of the meta-parameters.
+    Configs may carry a pre-hook (descriptor block shapes); on the fixed-config paths it is
+    called here with the keyword arguments and the config, so descriptors must be keywords.
     """
 
     def __init__(self, kernel, configs, key, fixed=None):
         self.kernel = kernel
         self.fixed = dict(fixed or {})
-        self.default = dict(configs[0].kwargs, num_warps=configs[0].num_warps, num_stages=configs[0].num_stages)
+        first = configs[0]
+        self.default = dict(first.kwargs, num_warps=first.num_warps, num_stages=first.num_stages)
+        self.pre_hook = first.pre_hook
         self.tuned = triton.autotune(configs=configs, key=key)(kernel) if AUTOTUNE and not INTERPRET else None
+
+    def _run_fixed(self, grid, args, kwargs, meta):
+        meta = dict(meta, **self.fixed)
+        if self.pre_hook is not None:
+            self.pre_hook(dict(kwargs, **meta))
+        return self.kernel[grid](*args, **kwargs, **meta)
 
     def launch(self, grid, *args, fp64=False, **kwargs):
         if INTERPRET:
-            meta = dict(INTERPRET_CONFIG, **self.fixed)
-            return self.kernel[grid](*args, **kwargs, **meta)
+            return self._run_fixed(grid, args, kwargs, INTERPRET_CONFIG)
         if fp64:
-            meta = dict(FP64_CONFIG, **self.fixed)
-            return self.kernel[grid](*args, **kwargs, **meta)
+            return self._run_fixed(grid, args, kwargs, FP64_CONFIG)
         if self.tuned is None:
-            return self.kernel[grid](*args, **kwargs, **self.default, **self.fixed)
+            return self._run_fixed(grid, args, kwargs, self.default)
         return self.tuned[grid](*args, **kwargs, **self.fixed)

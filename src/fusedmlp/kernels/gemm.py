@@ -1,8 +1,15 @@
 """The GEMM pieces every fused kernel shares: tile scheduling and the ``x @ W.T`` main loop.
 
 All fused ops in this package have the shape ``epilogue(x @ W.T)`` with ``x [M, K]`` (rows =
-tokens) and ``W [N, K]`` (an ``nn.Linear`` weight), so one main loop serves them. Indices are
-int64 before they meet a stride: ``M * N`` above 2^31 elements is a normal size here.
+tokens) and ``W [N, K]`` (an ``nn.Linear`` weight), so one main loop serves them, in two forms:
+
+- ``xwT_mainloop``: plain pointers with masks. Any strides and alignment; the interpreter
+  and pre-Hopper GPUs. Indices are int64 before they meet a stride: ``M * N`` above 2^31
+  elements is a normal size here.
+- ``xwT_mainloop_tma``: tensor descriptors (TMA on Hopper): the copy engine moves the tiles
+  into shared memory and handles the bounds (out-of-range reads are zero), so the loop has
+  no index arithmetic and pipelines deeply. Needs 16-byte aligned bases and row strides
+  and a unit last stride; the host checks that and otherwise uses the pointer form.
 """
 
 import triton
@@ -69,4 +76,35 @@ def xwT_mainloop(
             wb_ptrs += step_w
         x_ptrs += step_x
         wa_ptrs += step_w
+    return acc_a, acc_b
+
+
+@triton.jit
+def xwT_mainloop_tma(
+    x_desc, wa_desc, wb_desc,     # descriptors of x [M, K] and of two row blocks of W, each [N, K]
+    row_start, col_start, K,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    PAIRED: tl.constexpr, ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """acc_a = x[rows] @ Wa[cols].T and, if PAIRED, acc_b = x[rows] @ Wb[cols].T, via descriptors.
+
+    ``wa_desc`` / ``wb_desc`` describe separate row ranges of the weight (for a GLU the two
+    halves of the packed weight), so a tile past the end of one half reads zeros, not the
+    other half. Same contract as ``xwT_mainloop`` otherwise.
+    """
+    tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16 on GPUs")
+    acc_a = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
+    acc_b = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
+    for k_start in range(0, K, BLOCK_K):
+        x_tile = x_desc.load([row_start, k_start])
+        wa_tile = wa_desc.load([col_start, k_start])
+        if UPCAST:
+            x_tile = x_tile.to(tl.float32)
+            wa_tile = wa_tile.to(tl.float32)
+        acc_a = tl.dot(x_tile, wa_tile.T, acc_a, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
+        if PAIRED:
+            wb_tile = wb_desc.load([col_start, k_start])
+            if UPCAST:
+                wb_tile = wb_tile.to(tl.float32)
+            acc_b = tl.dot(x_tile, wb_tile.T, acc_b, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
     return acc_a, acc_b

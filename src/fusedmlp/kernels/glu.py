@@ -20,13 +20,21 @@ or reads the stored h. The two remaining products, ``dW = dh.T @ x`` (one packed
 ``[2*OUT, K]`` tensor, because dh is one ``[M, 2*OUT]`` tensor) and ``dx = dh @ W``, are
 plain GEMMs done by the host. Partial db sums are reduced on the host in a fixed order:
 no atomics, so db has the same bits on every run.
+
+Each kernel comes in two forms with one epilogue: pointer-based (any strides; the
+interpreter and pre-Hopper GPUs; one program per tile) and ``*_tma`` (tensor descriptors
+on Hopper; persistent: NUM_SMS programs walk the tiles in grouped order, so the next tile's
+loads overlap this tile's epilogue and no wave of programs is left partly empty). The TMA
+forms take the packed weight, h and dh as two descriptors each (the ``[:, :OUT]`` and
+``[:, OUT:]`` halves), so that a tile crossing OUT is clipped by the copy engine instead of
+spilling into the other half.
 """
 
 import triton
 import triton.language as tl
 
 from .activations import activation, activation_value_and_grad
-from .gemm import grouped_tile, xwT_mainloop
+from .gemm import grouped_tile, xwT_mainloop, xwT_mainloop_tma
 
 
 @triton.jit
@@ -36,6 +44,14 @@ def _glu_tile_indices(M, OUT, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROU
     rows = tile_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tile_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     return rows, cols, rows < M, cols < OUT, tile_m
+
+
+@triton.jit
+def _add_glu_bias(x1, x2, b_ptr, cols, mask_cols, OUT, HAS_BIAS: tl.constexpr, ACC_DTYPE: tl.constexpr):
+    if HAS_BIAS:
+        x1 += tl.load(b_ptr + cols, mask=mask_cols, other=0.0).to(ACC_DTYPE)[None, :]
+        x2 += tl.load(b_ptr + OUT + cols, mask=mask_cols, other=0.0).to(ACC_DTYPE)[None, :]
+    return x1, x2
 
 
 @triton.jit
@@ -51,10 +67,22 @@ def _glu_h_tiles(
         K, stride_xm, stride_xk, stride_wn, stride_wk,
         BLOCK_M, BLOCK_N, BLOCK_K, True, ACC_DTYPE, DOT_PRECISION, UPCAST,
     )
-    if HAS_BIAS:
-        x1 += tl.load(b_ptr + cols, mask=mask_cols, other=0.0).to(ACC_DTYPE)[None, :]
-        x2 += tl.load(b_ptr + OUT + cols, mask=mask_cols, other=0.0).to(ACC_DTYPE)[None, :]
-    return x1, x2
+    return _add_glu_bias(x1, x2, b_ptr, cols, mask_cols, OUT, HAS_BIAS, ACC_DTYPE)
+
+
+@triton.jit
+def _geglu_dh(g, x1, x2):
+    """(dh1, dh2) = (g * gelu(x2), g * x1 * gelu'(x2))."""
+    gelu_x2, dgelu_x2 = activation_value_and_grad(x2, "gelu_tanh")
+    return g * gelu_x2, g * x1 * dgelu_x2
+
+
+@triton.jit
+def _store_db_partials(db_partial_ptr, tile_m, cols, mask_cols, OUT, dh1, dh2):
+    """Column sums of this tile's dh into row ``tile_m`` of the [tiles_m, 2*OUT] partials."""
+    partial_ptrs = db_partial_ptr + tile_m.to(tl.int64) * (2 * OUT) + cols
+    tl.store(partial_ptrs, tl.sum(dh1, axis=0), mask=mask_cols)
+    tl.store(partial_ptrs + OUT, tl.sum(dh2, axis=0), mask=mask_cols)
 
 
 @triton.jit
@@ -115,13 +143,77 @@ def geglu_bwd_dh_kernel(
         x1 = tl.load(h_ptrs, mask=mask, other=0.0).to(ACC_DTYPE)
         x2 = tl.load(h_ptrs + OUT, mask=mask, other=0.0).to(ACC_DTYPE)
     g = tl.load(g_ptr + rows[:, None] * stride_gm + cols[None, :] * stride_gn, mask=mask, other=0.0).to(ACC_DTYPE)
-    gelu_x2, dgelu_x2 = activation_value_and_grad(x2, "gelu_tanh")
-    dh1 = g * gelu_x2
-    dh2 = g * x1 * dgelu_x2
+    dh1, dh2 = _geglu_dh(g, x1, x2)
     dh_ptrs = dh_ptr + rows[:, None] * stride_dhm + cols[None, :]
     tl.store(dh_ptrs, dh1.to(dh_ptr.dtype.element_ty), mask=mask)
     tl.store(dh_ptrs + OUT, dh2.to(dh_ptr.dtype.element_ty), mask=mask)
     if HAS_BIAS:
-        partial_ptrs = db_partial_ptr + tile_m.to(tl.int64) * (2 * OUT) + cols
-        tl.store(partial_ptrs, tl.sum(dh1, axis=0), mask=mask_cols)
-        tl.store(partial_ptrs + OUT, tl.sum(dh2, axis=0), mask=mask_cols)
+        _store_db_partials(db_partial_ptr, tile_m, cols, mask_cols, OUT, dh1, dh2)
+
+
+@triton.jit
+def geglu_fwd_tma_kernel(
+    x_desc, w1_desc, w2_desc, b_ptr, y_desc, h1_desc, h2_desc,
+    M, OUT, K, M_KEY, NUM_SMS,
+    HAS_BIAS: tl.constexpr, STORE_H: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """``geglu_fwd_kernel`` on tensor descriptors, persistent over NUM_SMS programs.
+
+    w1/w2 describe W[:OUT] and W[OUT:], h1/h2 describe h[:, :OUT] and h[:, OUT:] (STORE_H).
+    """
+    num_tiles_m = tl.cdiv(M, BLOCK_M)
+    num_tiles_n = tl.cdiv(OUT, BLOCK_N)
+    for tile_id in tl.range(tl.program_id(0), num_tiles_m * num_tiles_n, NUM_SMS):
+        tile_m, tile_n = grouped_tile(tile_id, num_tiles_m, num_tiles_n, GROUP_M)
+        row_start = tile_m * BLOCK_M
+        col_start = tile_n * BLOCK_N
+        x1, x2 = xwT_mainloop_tma(
+            x_desc, w1_desc, w2_desc, row_start, col_start, K,
+            BLOCK_M, BLOCK_N, BLOCK_K, True, ACC_DTYPE, DOT_PRECISION, UPCAST,
+        )
+        cols = col_start + tl.arange(0, BLOCK_N)
+        x1, x2 = _add_glu_bias(x1, x2, b_ptr, cols, cols < OUT, OUT, HAS_BIAS, ACC_DTYPE)
+        if STORE_H:
+            h1_desc.store([row_start, col_start], x1.to(h1_desc.dtype))
+            h2_desc.store([row_start, col_start], x2.to(h2_desc.dtype))
+        y = x1 * activation(x2, "gelu_tanh")
+        y_desc.store([row_start, col_start], y.to(y_desc.dtype))
+
+
+@triton.jit
+def geglu_bwd_dh_tma_kernel(
+    g_desc, x_desc, w1_desc, w2_desc, b_ptr, h1_desc, h2_desc, dh1_desc, dh2_desc, db_partial_ptr,
+    M, OUT, K, M_KEY, NUM_SMS,
+    HAS_BIAS: tl.constexpr, RECOMPUTE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """``geglu_bwd_dh_kernel`` on tensor descriptors, persistent over NUM_SMS programs.
+
+    Rows past M load as zeros (g = 0), so they add nothing to the db partials.
+    """
+    num_tiles_m = tl.cdiv(M, BLOCK_M)
+    num_tiles_n = tl.cdiv(OUT, BLOCK_N)
+    for tile_id in tl.range(tl.program_id(0), num_tiles_m * num_tiles_n, NUM_SMS):
+        tile_m, tile_n = grouped_tile(tile_id, num_tiles_m, num_tiles_n, GROUP_M)
+        row_start = tile_m * BLOCK_M
+        col_start = tile_n * BLOCK_N
+        cols = col_start + tl.arange(0, BLOCK_N)
+        mask_cols = cols < OUT
+        if RECOMPUTE:
+            x1, x2 = xwT_mainloop_tma(
+                x_desc, w1_desc, w2_desc, row_start, col_start, K,
+                BLOCK_M, BLOCK_N, BLOCK_K, True, ACC_DTYPE, DOT_PRECISION, UPCAST,
+            )
+            x1, x2 = _add_glu_bias(x1, x2, b_ptr, cols, mask_cols, OUT, HAS_BIAS, ACC_DTYPE)
+        else:
+            x1 = h1_desc.load([row_start, col_start]).to(ACC_DTYPE)
+            x2 = h2_desc.load([row_start, col_start]).to(ACC_DTYPE)
+        g = g_desc.load([row_start, col_start]).to(ACC_DTYPE)
+        dh1, dh2 = _geglu_dh(g, x1, x2)
+        dh1_desc.store([row_start, col_start], dh1.to(dh1_desc.dtype))
+        dh2_desc.store([row_start, col_start], dh2.to(dh2_desc.dtype))
+        if HAS_BIAS:
+            _store_db_partials(db_partial_ptr, tile_m, cols, mask_cols, OUT, dh1, dh2)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton.language as tl
 
@@ -75,3 +77,34 @@ def upcast_dots(dtype: torch.dtype) -> bool:
 def autotune_m_key(m: int) -> int:
     """M rounded up to a power of two: the autotune key, so a new batch size does not re-tune."""
     return 1 << max(m - 1, 0).bit_length()
+
+
+@functools.lru_cache(maxsize=None)
+def _device_capability_and_sms(index: int):
+    props = torch.cuda.get_device_properties(index)
+    return (props.major, props.minor), props.multi_processor_count
+
+
+def num_sms(t: torch.Tensor) -> int:
+    """Streaming multiprocessors of ``t``'s GPU: the program count of persistent kernels."""
+    return _device_capability_and_sms(t.device.index if t.device.index is not None else torch.cuda.current_device())[1]
+
+
+def tma_eligible(*tensors: torch.Tensor) -> bool:
+    """True when every tensor can be read through a Hopper tensor descriptor (TMA).
+
+    CUDA on compute capability >= 9, 16-bit floats (fp32/fp64 keep the pointer path: no
+    tensor-core gain there), 2-D, unit last stride, 16-byte aligned base and row stride.
+    """
+    first = tensors[0]
+    if INTERPRET or not first.is_cuda or first.dtype not in (torch.float16, torch.bfloat16):
+        return False
+    index = first.device.index if first.device.index is not None else torch.cuda.current_device()
+    if _device_capability_and_sms(index)[0][0] < 9:
+        return False
+    for t in tensors:
+        if t.dim() != 2 or t.stride(1) != 1 or t.shape[0] == 0 or t.shape[1] == 0:
+            return False
+        if t.data_ptr() % 16 or (t.stride(0) * t.element_size()) % 16:
+            return False
+    return True

@@ -26,14 +26,25 @@ from typing import Optional
 import torch
 import triton
 
-from ..kernels.configs import GLU_BWD_BLOCK_M, GLU_BWD_CONFIGS, GLU_GEMM_CONFIGS, Launcher
-from ..kernels.glu import geglu_bwd_dh_kernel, geglu_fwd_kernel
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from ..kernels.configs import (
+    GLU_BWD_BLOCK_M,
+    GLU_BWD_CONFIGS,
+    GLU_BWD_TMA_CONFIGS,
+    GLU_GEMM_CONFIGS,
+    GLU_TMA_CONFIGS,
+    Launcher,
+)
+from ..kernels.glu import geglu_bwd_dh_kernel, geglu_bwd_dh_tma_kernel, geglu_fwd_kernel, geglu_fwd_tma_kernel
 from ._common import (
     acc_dtypes,
     autotune_m_key,
     check_same_dtype_device,
     check_tensor,
     dot_precision,
+    num_sms,
+    tma_eligible,
     upcast_dots,
     use_triton,
 )
@@ -42,9 +53,12 @@ from .activations import activation_grad_reference, activation_reference
 __all__ = ["geglu", "geglu_reference"]
 
 _TUNE_KEY = ["M_KEY", "OUT", "K", "HAS_BIAS"]
+_BWD_FIXED = {"BLOCK_M": GLU_BWD_BLOCK_M}
 _fwd_launcher = Launcher(geglu_fwd_kernel, GLU_GEMM_CONFIGS, key=_TUNE_KEY + ["STORE_H"])
-_bwd_launcher = Launcher(
-    geglu_bwd_dh_kernel, GLU_BWD_CONFIGS, key=_TUNE_KEY + ["RECOMPUTE"], fixed={"BLOCK_M": GLU_BWD_BLOCK_M}
+_fwd_tma_launcher = Launcher(geglu_fwd_tma_kernel, GLU_TMA_CONFIGS, key=_TUNE_KEY + ["STORE_H"])
+_bwd_launcher = Launcher(geglu_bwd_dh_kernel, GLU_BWD_CONFIGS, key=_TUNE_KEY + ["RECOMPUTE"], fixed=_BWD_FIXED)
+_bwd_tma_launcher = Launcher(
+    geglu_bwd_dh_tma_kernel, GLU_BWD_TMA_CONFIGS, key=_TUNE_KEY + ["RECOMPUTE"], fixed=_BWD_FIXED
 )
 
 
@@ -68,6 +82,21 @@ def _reference_dh(grad_y: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------------------
 # Kernel launches
 # --------------------------------------------------------------------------------------
+def _use_tma(*tensors) -> bool:
+    """The descriptor (TMA) kernels, when every operand allows them; else the pointer kernels."""
+    return tma_eligible(*tensors)
+
+
+def _descriptor(t):
+    # The block shape is a placeholder: the config's pre-hook sets the real one before launch.
+    return TensorDescriptor.from_tensor(t, [16, 16])
+
+
+def _persistent_grid(x, m, out):
+    sms = num_sms(x)
+    return lambda meta: (min(sms, triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(out, meta["BLOCK_N"])),)
+
+
 def _launch_fwd(x, weight, bias, store_h):
     m, k = x.shape
     out = weight.shape[0] // 2
@@ -76,6 +105,20 @@ def _launch_fwd(x, weight, bias, store_h):
     if m == 0 or out == 0:
         return y, h
     acc_tl, _ = acc_dtypes(x.dtype)
+    halves = (weight[:out], weight[out:]) + ((h[:, :out], h[:, out:]) if store_h else ())
+    if _use_tma(x, y, *halves):
+        w1, w2 = halves[:2]
+        h1, h2 = halves[2:] if store_h else (y, y)
+        _fwd_tma_launcher.launch(
+            _persistent_grid(x, m, out),
+            x_desc=_descriptor(x), w1_desc=_descriptor(w1), w2_desc=_descriptor(w2),
+            b_ptr=bias if bias is not None else y, y_desc=_descriptor(y),
+            h1_desc=_descriptor(h1), h2_desc=_descriptor(h2),
+            M=m, OUT=out, K=k, M_KEY=autotune_m_key(m), NUM_SMS=num_sms(x),
+            HAS_BIAS=bias is not None, STORE_H=store_h,
+            ACC_DTYPE=acc_tl, DOT_PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype),
+        )
+        return y, h
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
     _fwd_launcher.launch(
         grid,
@@ -100,6 +143,31 @@ def _launch_bwd_dh(grad_y, x, weight, bias, h):
     if m == 0 or out == 0:
         db = torch.zeros((2 * out,) if bias is not None else (0,), dtype=x.dtype, device=x.device)
         return dh, db
+    dh_halves = (dh[:, :out], dh[:, out:])
+    w_halves = (weight[:out], weight[out:])
+    h_halves = () if recompute else (h[:, :out], h[:, out:])
+    if _use_tma(x, grad_y, *w_halves, *dh_halves, *h_halves):
+        h1, h2 = h_halves or dh_halves  # unused placeholders in recompute mode
+        _bwd_tma_launcher.launch(
+            _persistent_grid(x, m, out),
+            g_desc=_descriptor(grad_y), x_desc=_descriptor(x),
+            w1_desc=_descriptor(w_halves[0]), w2_desc=_descriptor(w_halves[1]),
+            b_ptr=bias if bias is not None else dh, h1_desc=_descriptor(h1), h2_desc=_descriptor(h2),
+            dh1_desc=_descriptor(dh_halves[0]), dh2_desc=_descriptor(dh_halves[1]),
+            db_partial_ptr=db_partial if bias is not None else dh,
+            M=m, OUT=out, K=k, M_KEY=autotune_m_key(m), NUM_SMS=num_sms(x),
+            HAS_BIAS=bias is not None, RECOMPUTE=recompute,
+            ACC_DTYPE=acc_tl, DOT_PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype),
+        )
+    else:
+        _launch_bwd_dh_pointers(grad_y, x, weight, bias, h, dh, db_partial, m, out, k, num_tiles_m, acc_tl)
+    # Fixed-order reduction of the per-row-block partials: same bits on every run.
+    db = db_partial.sum(dim=0).to(x.dtype) if bias is not None else db_partial.to(x.dtype)
+    return dh, db
+
+
+def _launch_bwd_dh_pointers(grad_y, x, weight, bias, h, dh, db_partial, m, out, k, num_tiles_m, acc_tl):
+    recompute = h is None
     grid = lambda meta: (num_tiles_m * triton.cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
     _bwd_launcher.launch(
         grid,
@@ -112,9 +180,6 @@ def _launch_bwd_dh(grad_y, x, weight, bias, h):
         ACC_DTYPE=acc_tl, DOT_PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype),
         fp64=x.dtype == torch.float64,
     )
-    # Fixed-order reduction of the per-row-block partials: same bits on every run.
-    db = db_partial.sum(dim=0).to(x.dtype) if bias is not None else db_partial.to(x.dtype)
-    return dh, db
 
 
 # --------------------------------------------------------------------------------------
