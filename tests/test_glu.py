@@ -336,8 +336,9 @@ def test_dot_precision_follows_torch_setting():
 def test_tma_kernels(device, monkeypatch, dtype, recompute, bias):
     """The persistent tensor-descriptor kernels: partial row, column and K tiles.
 
-    On a Hopper GPU aligned 16-bit inputs take this path by themselves (asserted); on CPU the
-    interpreter runs the same kernels when the path is forced.
+    On a Hopper GPU aligned 16-bit inputs take this path by themselves (asserted): the
+    forward in both modes, the backward-dh kernel in recompute mode. On CPU the interpreter
+    runs the same kernels when the path is forced.
     """
     import fusedmlp.ops.glu as glu_ops
 

@@ -57,9 +57,7 @@ _BWD_FIXED = {"BLOCK_M": GLU_BWD_BLOCK_M}
 _fwd_launcher = Launcher(geglu_fwd_kernel, GLU_GEMM_CONFIGS, key=_TUNE_KEY + ["STORE_H"])
 _fwd_tma_launcher = Launcher(geglu_fwd_tma_kernel, GLU_TMA_CONFIGS, key=_TUNE_KEY + ["STORE_H"])
 _bwd_launcher = Launcher(geglu_bwd_dh_kernel, GLU_BWD_CONFIGS, key=_TUNE_KEY + ["RECOMPUTE"], fixed=_BWD_FIXED)
-_bwd_tma_launcher = Launcher(
-    geglu_bwd_dh_tma_kernel, GLU_BWD_TMA_CONFIGS, key=_TUNE_KEY + ["RECOMPUTE"], fixed=_BWD_FIXED
-)
+_bwd_tma_launcher = Launcher(geglu_bwd_dh_tma_kernel, GLU_BWD_TMA_CONFIGS, key=_TUNE_KEY, fixed=_BWD_FIXED)
 
 
 # --------------------------------------------------------------------------------------
@@ -145,18 +143,16 @@ def _launch_bwd_dh(grad_y, x, weight, bias, h):
         return dh, db
     dh_halves = (dh[:, :out], dh[:, out:])
     w_halves = (weight[:out], weight[out:])
-    h_halves = () if recompute else (h[:, :out], h[:, out:])
-    if _use_tma(x, grad_y, *w_halves, *dh_halves, *h_halves):
-        h1, h2 = h_halves or dh_halves  # unused placeholders in recompute mode
+    if recompute and _use_tma(x, grad_y, *w_halves, *dh_halves):
         _bwd_tma_launcher.launch(
             _persistent_grid(x, m, out),
             g_desc=_descriptor(grad_y), x_desc=_descriptor(x),
             w1_desc=_descriptor(w_halves[0]), w2_desc=_descriptor(w_halves[1]),
-            b_ptr=bias if bias is not None else dh, h1_desc=_descriptor(h1), h2_desc=_descriptor(h2),
+            b_ptr=bias if bias is not None else dh,
             dh1_desc=_descriptor(dh_halves[0]), dh2_desc=_descriptor(dh_halves[1]),
             db_partial_ptr=db_partial if bias is not None else dh,
             M=m, OUT=out, K=k, M_KEY=autotune_m_key(m), NUM_SMS=num_sms(x),
-            HAS_BIAS=bias is not None, RECOMPUTE=recompute,
+            HAS_BIAS=bias is not None,
             ACC_DTYPE=acc_tl, DOT_PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype),
         )
     else:
