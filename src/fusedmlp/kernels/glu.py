@@ -71,6 +71,23 @@ def _glu_h_tiles(
 
 
 @triton.jit
+def _glu_h_tiles_tma(
+    x_desc, w1_desc, w2_desc, b_ptr, row_start, col_start, OUT, K,
+    HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """``_glu_h_tiles`` through descriptors; also returns the tile's columns and their mask."""
+    x1, x2 = xwT_mainloop_tma(
+        x_desc, w1_desc, w2_desc, row_start, col_start, K,
+        BLOCK_M, BLOCK_N, BLOCK_K, True, ACC_DTYPE, DOT_PRECISION, UPCAST,
+    )
+    cols = col_start + tl.arange(0, BLOCK_N)
+    mask_cols = cols < OUT
+    x1, x2 = _add_glu_bias(x1, x2, b_ptr, cols, mask_cols, OUT, HAS_BIAS, ACC_DTYPE)
+    return x1, x2, cols, mask_cols
+
+
+@triton.jit
 def _geglu_dh(g, x1, x2):
     """(dh1, dh2) = (g * gelu(x2), g * x1 * gelu'(x2))."""
     gelu_x2, dgelu_x2 = activation_value_and_grad(x2, "gelu_tanh")
@@ -169,12 +186,10 @@ def geglu_fwd_tma_kernel(
         tile_m, tile_n = grouped_tile(tile_id, num_tiles_m, num_tiles_n, GROUP_M)
         row_start = tile_m * BLOCK_M
         col_start = tile_n * BLOCK_N
-        x1, x2 = xwT_mainloop_tma(
-            x_desc, w1_desc, w2_desc, row_start, col_start, K,
-            BLOCK_M, BLOCK_N, BLOCK_K, True, ACC_DTYPE, DOT_PRECISION, UPCAST,
+        x1, x2, _, _ = _glu_h_tiles_tma(
+            x_desc, w1_desc, w2_desc, b_ptr, row_start, col_start, OUT, K,
+            HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, ACC_DTYPE, DOT_PRECISION, UPCAST,
         )
-        cols = col_start + tl.arange(0, BLOCK_N)
-        x1, x2 = _add_glu_bias(x1, x2, b_ptr, cols, cols < OUT, OUT, HAS_BIAS, ACC_DTYPE)
         if STORE_H:
             h1_desc.store([row_start, col_start], x1.to(h1_desc.dtype))
             h2_desc.store([row_start, col_start], x2.to(h2_desc.dtype))
@@ -203,13 +218,10 @@ def geglu_bwd_dh_tma_kernel(
         tile_m, tile_n = grouped_tile(tile_id, num_tiles_m, num_tiles_n, GROUP_M)
         row_start = tile_m * BLOCK_M
         col_start = tile_n * BLOCK_N
-        cols = col_start + tl.arange(0, BLOCK_N)
-        mask_cols = cols < OUT
-        x1, x2 = xwT_mainloop_tma(
-            x_desc, w1_desc, w2_desc, row_start, col_start, K,
-            BLOCK_M, BLOCK_N, BLOCK_K, True, ACC_DTYPE, DOT_PRECISION, UPCAST,
+        x1, x2, cols, mask_cols = _glu_h_tiles_tma(
+            x_desc, w1_desc, w2_desc, b_ptr, row_start, col_start, OUT, K,
+            HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, ACC_DTYPE, DOT_PRECISION, UPCAST,
         )
-        x1, x2 = _add_glu_bias(x1, x2, b_ptr, cols, mask_cols, OUT, HAS_BIAS, ACC_DTYPE)
         g = g_desc.load([row_start, col_start]).to(ACC_DTYPE)
         dh1, dh2 = _geglu_dh(g, x1, x2)
         dh1_desc.store([row_start, col_start], dh1.to(dh1_desc.dtype))
