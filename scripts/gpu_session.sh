@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # One device-machine session (no network there): GPU tests, then the geglu benchmark.
-# Runs from the repository root with the source tree on PYTHONPATH; pytest comes from wheels
-# carried in .whl/ when the image lacks it. Results land in $OUT.
+# Runs from the repository root with the source tree on PYTHONPATH; pytest (and peers such as
+# liger-kernel) come from wheels carried in .whl/ when the image lacks them. Results land in $OUT.
 #   usage: bash scripts/gpu_session.sh [tests|bench|all] [extra bench args...]
 set -uo pipefail
 WHAT=${1:-all}; shift || true
 read -r -a PYTEST_ARGS <<< "${PYTEST_EXTRA:-}"
 OUT=${OUT:-./gpu-out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-if ! python3 -c "import pytest" 2>/dev/null && [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
+# carried wheels (pytest, liger-kernel, ...) for the packages the image lacks
+if [ -d .whl ]; then
+    for wheel in .whl/*.whl; do
+        module=$(basename "$wheel" | cut -d- -f1)
+        python3 -c "import $module" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$wheel"
+    done
+    export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
 python3 -m fusedmlp.cli info

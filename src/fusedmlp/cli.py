@@ -22,6 +22,9 @@ def _prepare_backend() -> bool:
 
 
 def _parse_shapes(text: str):
+    """A preset name (kept as a string, resolved by the suite) or a DxN list."""
+    if text.isidentifier():
+        return text
     shapes = []
     for item in text.split(","):
         try:
@@ -71,18 +74,29 @@ def cmd_bench(args) -> int:
         print(harness.format_table(headers, table))
         print("\nTimings and memory figures need a CUDA GPU; run this command on one.")
         return 0
-    impls = args.impls.split(",") if args.impls else list(suite.IMPLS)
+    available = suite.default_impls(max_autotune=True)
+    impls = args.impls.split(",") if args.impls else suite.default_impls(args.max_autotune)
     modes = args.modes.split(",") if args.modes else list(suite.MODES)
-    for name, given, allowed in (("impl", impls, suite.IMPLS), ("mode", modes, suite.MODES)):
+    for name, given, allowed in (("impl", impls, available), ("mode", modes, suite.MODES)):
         bad = [v for v in given if v not in allowed]
         if bad:
-            print(f"unknown {name}(s) {bad}; choose from {', '.join(allowed)}", file=sys.stderr)
+            print(f"unknown or unavailable {name}(s) {bad}; choose from {', '.join(allowed)}", file=sys.stderr)
             return 2
     shapes = args.shapes or suite.DEFAULT_SHAPES
+    if isinstance(shapes, str):
+        if shapes not in suite.SHAPE_PRESETS:
+            print(f"unknown shape preset {shapes!r}; choose from {', '.join(suite.SHAPE_PRESETS)} "
+                  f"or give DxN,...", file=sys.stderr)
+            return 2
+        shapes = suite.SHAPE_PRESETS[shapes]
     stem = f"{args.suite}_{args.dtype}_{env['device'].replace(' ', '_')}"
     json_path = Path(args.out) / f"{stem}.json"
-    # the JSON is rewritten after every shape, so an interrupted run keeps what it measured
-    rows = suite.run_gpu(shapes, dtype, impls, modes, on_shape_done=lambda r: harness.write_json(json_path, env, r))
+
+    def save(rows_so_far):  # after every shape, so an interrupted run keeps what it measured
+        harness.write_json(json_path, env, rows_so_far)
+        harness.write_csv(json_path.with_suffix(".csv"), env, rows_so_far)
+
+    rows = suite.run_gpu(shapes, dtype, impls, modes, on_shape_done=save)
     headers, table = suite.summary_table(rows)
     failed = [f"{r.impl} {r.mode} {r.shape}: {r.note}" for r in rows if r.note]
     print(f"\n{args.suite} {args.dtype} on {env['device']} (torch {env['torch']}, triton {env['triton']}); "
@@ -90,7 +104,7 @@ def cmd_bench(args) -> int:
     print(harness.format_table(headers, table))
     for line in failed:
         print("  " + line)
-    print(f"\nwrote {json_path}")
+    print(f"\nwrote {json_path} and {json_path.with_suffix('.csv')}")
     try:
         from fusedmlp.bench.plot import plot_results
 
@@ -118,16 +132,20 @@ def build_parser() -> argparse.ArgumentParser:
         "bench",
         help="benchmark a fused op against eager, torch.compile and the cuBLAS GEMM floor",
         description="On a CUDA GPU: median ms, TFLOP/s and peak memory of every implementation, "
-        "side by side, written as JSON (+ PNG if matplotlib is installed) to --out. Without a GPU: "
+        "side by side, written as JSON + CSV (+ PNG if matplotlib is installed) to --out. Without a GPU: "
         "a small interpreted accuracy check against the float64 reference.",
     )
     bench.add_argument("suite", choices=["geglu"], help="which op to benchmark")
     bench.add_argument("--shapes", type=_parse_shapes, default=None,
-                       help="comma-separated DxN list (model width x rows), e.g. 1024x8192,4096x8192; "
-                            "default: 1024x8192,2048x16384,4096x8192,1024x32768")
+                       help="comma-separated DxN list (model width x rows), e.g. 1024x8192,4096x8192, or a "
+                            "preset: 'default' (1024x8192,2048x16384,4096x8192,1024x32768) or 'full' "
+                            "(d in 1024..8192 x N in 4096..65536)")
     bench.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="default: bf16")
     bench.add_argument("--impls", default=None,
-                       help="comma-separated subset of fused,fused_store,eager,compile,gemm (default: all)")
+                       help="comma-separated subset of fused,fused_store,eager,compile,compile_max,liger,gemm "
+                            "(default: all available; liger when liger_kernel is installed)")
+    bench.add_argument("--max-autotune", action="store_true",
+                       help="also time torch.compile(mode='max-autotune') (compiles for minutes)")
     bench.add_argument("--modes", default=None, help="comma-separated subset of fwd,bwd,fwd+bwd (default: all)")
     bench.add_argument("--out", default="bench-out", help="output folder (default: ./bench-out)")
     bench.set_defaults(func=cmd_bench)

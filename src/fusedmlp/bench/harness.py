@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import datetime
 import json
 import platform
@@ -65,6 +66,23 @@ def write_json(path: Path, env: dict, rows: list[Measurement]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"environment": env, "results": [asdict(r) for r in rows]}
     path.write_text(json.dumps(payload, indent=1))
+
+
+def write_csv(path: Path, env: dict, rows: list[Measurement]) -> None:
+    """One line per measurement; shape and extras flattened into columns; env in every line."""
+    flat = []
+    for r in rows:
+        rec = asdict(r)
+        shape, extra = rec.pop("shape"), rec.pop("extra")
+        flat.append({**{f"shape_{k}": v for k, v in shape.items()}, **rec, **extra,
+                     "device": env.get("device"), "torch": env.get("torch"), "triton": env.get("triton"),
+                     "date": env.get("date")})
+    columns = list(dict.fromkeys(k for rec in flat for k in rec))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(flat)
 
 
 def format_table(headers: list[str], rows: list[list]) -> str:

@@ -1,9 +1,23 @@
-"""PNG plots of a bench JSON file (needs matplotlib: ``pip install fusedmlp[plot]``)."""
+"""PNG plots of a bench JSON file (needs matplotlib: ``pip install fusedmlp[plot]``).
+
+One column per model width d, x axis N (rows, log scale), one line per implementation:
+forward time, forward+backward time, the forward's activation footprint and the
+forward+backward peak memory, the memory panels with the 5Nd (input + output, the ideal) and
+9Nd (+ the pre-activation h) lines of the analysis.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}
+_PANELS = [
+    ("fwd", "ms", "forward (ms)"),
+    ("fwd+bwd", "ms", "forward+backward (ms)"),
+    ("fwd", "act_mib", "forward activation footprint (MiB)"),
+    ("fwd+bwd", "peak_mib", "forward+backward peak above inputs (MiB)"),
+]
 
 
 def plot_results(json_path: Path, png_path: Path | None = None) -> Path:
@@ -14,38 +28,48 @@ def plot_results(json_path: Path, png_path: Path | None = None) -> Path:
 
     data = json.loads(Path(json_path).read_text())
     env, rows = data["environment"], [r for r in data["results"] if r["ms"] is not None]
-    shapes = list(dict.fromkeys((r["shape"]["d"], r["shape"]["N"]) for r in rows))
+    if not rows:
+        raise ValueError(f"{json_path} holds no successful measurement to plot")
+    dtype = rows[0]["dtype"]
+    elem = _BYTES.get(dtype, 2)
+    widths = sorted({r["shape"]["d"] for r in rows})
     impls = list(dict.fromkeys(r["impl"] for r in rows))
-    lookup = {(r["shape"]["d"], r["shape"]["N"], r["impl"], r["mode"]): r for r in rows}
-    panels = [
-        ("fwd", "ms", "forward time (ms)"),
-        ("fwd+bwd", "ms", "forward+backward time (ms)"),
-        ("fwd+bwd", "peak_mib", "forward+backward peak memory above inputs (MiB)"),
-        ("fwd", "act_nd", "forward activation footprint (N*d elements)"),
-    ]
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
-    width = 0.8 / max(len(impls), 1)
-    labels = [f"d={d}\nN={n}" for d, n in shapes]
-    for ax, (mode, metric, title) in zip(axes.flat, panels):
-        for i, impl in enumerate(impls):
-            if metric == "act_nd" and impl == "gemm":
-                continue  # a bare GEMM keeps no activations
-            values = []
-            for d, n in shapes:
-                r = lookup.get((d, n, impl, mode))
-                v = None if r is None else (r["extra"].get(metric) if metric == "act_nd" else r[metric])
-                values.append(float("nan") if v is None else v)
-            ax.bar([j + i * width for j in range(len(shapes))], values, width, label=impl)
-        if metric == "act_nd":
-            ax.axhline(5, color="k", ls="--", lw=1, label="5Nd ideal (x + y)")
-            ax.axhline(9, color="r", ls=":", lw=1, label="9Nd (x + y + h)")
-        ax.set_xticks([j + width * (len(impls) - 1) / 2 for j in range(len(shapes))], labels)
-        ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"{rows[0]['suite'] if rows else ''} {rows[0]['dtype'] if rows else ''} on {env.get('device')} "
-                 f"(torch {env.get('torch')}, triton {env.get('triton')}, {env.get('date')})", fontsize=10)
+    fig, axes = plt.subplots(len(_PANELS), len(widths), figsize=(4.2 * len(widths), 3.2 * len(_PANELS)),
+                             squeeze=False)
+    for col, d in enumerate(widths):
+        ns = sorted({r["shape"]["N"] for r in rows if r["shape"]["d"] == d})
+        for row, (mode, metric, title) in enumerate(_PANELS):
+            ax = axes[row][col]
+            for impl in impls:
+                if metric != "ms" and impl == "gemm":
+                    continue  # a bare GEMM keeps no activations
+                points = []
+                for r in rows:
+                    if r["shape"]["d"] != d or r["impl"] != impl or r["mode"] != mode:
+                        continue
+                    if metric == "act_mib":
+                        act_nd = r["extra"].get("act_nd")
+                        value = None if act_nd is None else act_nd * d * r["shape"]["N"] * elem / 2**20
+                    else:
+                        value = r[metric]
+                    if value is not None:
+                        points.append((r["shape"]["N"], value))
+                if points:
+                    points.sort()
+                    ax.plot(*zip(*points), marker="o", ms=3, label=impl)
+            if metric != "ms":
+                for factor, style, label in ((5, "--", "5Nd (x + y)"), (9, ":", "9Nd (x + y + h)")):
+                    ax.plot(ns, [factor * n * d * elem / 2**20 for n in ns], "k" + style, lw=1, label=label,
+                            marker="_", ms=14)  # the marker shows the level where a column has one N
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"d={d}: {title}", fontsize=9)
+            ax.set_xlabel("N (rows)", fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.legend(fontsize=6)
+    fig.suptitle(f"{rows[0]['suite']} {dtype} on {env.get('device')} (torch {env.get('torch')}, "
+                 f"triton {env.get('triton')}, {env.get('date')})", fontsize=10)
     fig.tight_layout()
     png_path = Path(png_path) if png_path else Path(json_path).with_suffix(".png")
-    fig.savefig(png_path, dpi=110)
+    fig.savefig(png_path, dpi=100)
     plt.close(fig)
     return png_path

@@ -5,6 +5,10 @@ Implementations, side by side in one run on one device:
     fused_store    fusedmlp.geglu(recompute=False) (saves h too)
     eager          F.linear + chunk + F.gelu(tanh) + mul, PyTorch eager
     compile        the same function under torch.compile (default mode)
+    compile_max    the same under torch.compile(mode="max-autotune") (only with --max-autotune:
+                   it compiles for minutes)
+    liger          Liger-Kernel's GEGLU path when liger_kernel is installed: two linears (the
+                   two halves of the packed weight) and its fused GELU-mul kernel
     gemm           the bare cuBLAS GEMM(s) of the same shape: the floor a fused GEMM+epilogue
                    must reach (fwd: x @ W.T; bwd: dh @ W and dh.T @ x; fwd+bwd: all three)
 
@@ -24,9 +28,34 @@ import torch.nn.functional as F
 from ..harness import Measurement, median_ms, peak_mib_above_current, progress
 
 NAME = "geglu"
-DEFAULT_SHAPES = [(1024, 8192), (2048, 16384), (4096, 8192), (1024, 32768)]
-IMPLS = ("fused", "fused_store", "eager", "compile", "gemm")
+SHAPE_PRESETS = {
+    # the anchor shapes of DESIGN.md plus one long-N shape
+    "default": [(1024, 8192), (2048, 16384), (4096, 8192), (1024, 32768)],
+    # the sweep where N > d and fusion saves most memory
+    "full": [(d, n) for d in (1024, 2048, 4096, 8192) for n in (4096, 8192, 16384, 32768, 65536)],
+}
+DEFAULT_SHAPES = SHAPE_PRESETS["default"]
+IMPLS = ("fused", "fused_store", "eager", "compile", "compile_max", "liger", "gemm")
+PEERS = ("eager", "compile", "compile_max", "liger")
 MODES = ("fwd", "bwd", "fwd+bwd")
+
+
+def liger_available() -> bool:
+    try:
+        import liger_kernel.ops.geglu  # noqa: F401
+    except Exception:  # ImportError, or a broken install of a peer: leave it out
+        return False
+    return True
+
+
+def default_impls(max_autotune: bool = False) -> list[str]:
+    """Every implementation this machine can run (compile_max only when asked for)."""
+    impls = [i for i in IMPLS if i not in ("compile_max", "liger")]
+    if max_autotune:
+        impls.insert(impls.index("compile") + 1, "compile_max")
+    if liger_available():
+        impls.insert(impls.index("gemm"), "liger")
+    return impls
 
 
 def eager_geglu(x, weight, bias):
@@ -37,6 +66,16 @@ def eager_geglu(x, weight, bias):
 
 def _gemm_flops(n: int, d: int) -> float:
     return 2.0 * n * d * 8 * d
+
+
+def liger_geglu(x, weight, bias):
+    """Liger-Kernel's GEGLU: x1 and x2 from two linears, then its GELU-mul kernel on (x2, x1)."""
+    from liger_kernel.ops.geglu import LigerGELUMulFunction
+
+    out = weight.shape[0] // 2
+    x1 = F.linear(x, weight[:out], None if bias is None else bias[:out])
+    x2 = F.linear(x, weight[out:], None if bias is None else bias[out:])
+    return LigerGELUMulFunction.apply(x2, x1)  # gelu_tanh(first) * second
 
 
 def _forward_fn(impl: str):
@@ -50,6 +89,10 @@ def _forward_fn(impl: str):
         return eager_geglu
     if impl == "compile":
         return torch.compile(eager_geglu, dynamic=False)
+    if impl == "compile_max":
+        return torch.compile(eager_geglu, dynamic=False, mode="max-autotune")
+    if impl == "liger":
+        return liger_geglu
     raise ValueError(impl)
 
 
@@ -126,27 +169,28 @@ def run_gpu(shapes, dtype, impls, modes, on_shape_done=None) -> list[Measurement
 
 
 def summary_table(rows: list[Measurement]):
-    """Headers and rows: one line per (shape, mode), ms per impl, ratios to the GEMM floor."""
+    """Headers and rows: one line per (shape, mode): ms per impl, ratios to the GEMM floor
+    and of each fused mode to each peer that ran (below 1 = fused is faster), peak MiB."""
     impls = [i for i in IMPLS if any(r.impl == i for r in rows)]
-    keys = []
-    for r in rows:
-        key = (r.shape["d"], r.shape["N"], r.mode)
-        if key not in keys:
-            keys.append(key)
-    lookup = {(r.shape["d"], r.shape["N"], r.mode, r.impl): r for r in rows}
+    fused = [i for i in impls if i.startswith("fused")]
+    peers = [i for i in impls if i in PEERS]
+    keys = list(dict.fromkeys((r.shape["d"], r.shape["N"], r.mode) for r in rows))
+    lookup = {(r.shape["d"], r.shape["N"], r.mode, r.impl): r.ms for r in rows}
+    peaks = {(r.shape["d"], r.shape["N"], r.mode, r.impl): r.peak_mib for r in rows}
+    ratio = lambda a, b: (a / b) if (a is not None and b) else None  # noqa: E731
     headers = ["d", "N", "mode"] + [f"{i} ms" for i in impls]
-    headers += [f"{i}/gemm" for i in impls if i != "gemm"] if "gemm" in impls else []
+    if "gemm" in impls:
+        headers += [f"{i}/gemm" for i in impls if i != "gemm"]
+    headers += [f"{f}/{p}" for f in fused for p in peers]
     headers += [f"{i} MiB" for i in impls if i != "gemm"]
     table = []
     for d, n, mode in keys:
-        get = lambda i: lookup.get((d, n, mode, i))  # noqa: E731
-        line = [d, n, mode] + [get(i).ms if get(i) else None for i in impls]
+        ms = {i: lookup.get((d, n, mode, i)) for i in impls}
+        line = [d, n, mode] + [ms[i] for i in impls]
         if "gemm" in impls:
-            floor = get("gemm").ms if get("gemm") else None
-            line += [
-                (get(i).ms / floor) if (floor and get(i) and get(i).ms) else None for i in impls if i != "gemm"
-            ]
-        line += [get(i).peak_mib if get(i) else None for i in impls if i != "gemm"]
+            line += [ratio(ms[i], ms["gemm"]) for i in impls if i != "gemm"]
+        line += [ratio(ms[f], ms[p]) for f in fused for p in peers]
+        line += [peaks.get((d, n, mode, i)) for i in impls if i != "gemm"]
         table.append(line)
     return headers, table
 

@@ -1,0 +1,91 @@
+"""The bench harness and CLI: the no-GPU path, the report table, CSV/JSON and the plot."""
+
+import csv
+import json
+
+import pytest
+import torch
+
+from fusedmlp import cli
+from fusedmlp.bench import harness
+from fusedmlp.bench.suites import glu as glu_suite
+
+
+def _synthetic_rows():
+    """Measurements as run_gpu would record them (values made up: this tests the reporting)."""
+    rows = []
+    for d, n in ((64, 128), (64, 256), (128, 128)):
+        for mode in glu_suite.MODES:
+            for k, impl in enumerate(("fused", "fused_store", "eager", "compile", "gemm")):
+                row = harness.Measurement("geglu", {"d": d, "N": n}, "bfloat16", impl, mode,
+                                          ms=0.1 * (k + 1), tflops=1.0, peak_mib=10.0 * (k + 1))
+                if mode == "fwd" and impl != "gemm":
+                    row.extra = {"act_nd": 5.0 + k}
+                rows.append(row)
+    rows.append(harness.Measurement("geglu", {"d": 128, "N": 256}, "bfloat16", "compile", "fwd",
+                                    note="failed: RuntimeError: example"))
+    return rows
+
+
+def test_summary_table_ratios():
+    headers, table = glu_suite.summary_table(_synthetic_rows())
+    first = dict(zip(headers, table[0]))
+    assert first["d"] == 64 and first["N"] == 128 and first["mode"] == "fwd"
+    assert first["fused/gemm"] == pytest.approx(0.1 / 0.5)
+    assert first["fused/compile"] == pytest.approx(0.1 / 0.4)
+    assert first["fused_store/eager"] == pytest.approx(0.2 / 0.3)
+    last = dict(zip(headers, table[-1]))  # the failed measurement: no time, no ratio
+    assert last["compile ms"] is None and last["fused/compile"] is None
+    text = harness.format_table(headers, table)
+    assert text.count("\n") == len(table) + 1
+
+
+def test_json_csv_and_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    from fusedmlp.bench.plot import plot_results
+
+    rows = _synthetic_rows()
+    env = harness.environment()
+    json_path = tmp_path / "geglu.json"
+    harness.write_json(json_path, env, rows)
+    harness.write_csv(json_path.with_suffix(".csv"), env, rows)
+    loaded = json.loads(json_path.read_text())
+    assert loaded["environment"]["torch"] == torch.__version__
+    assert len(loaded["results"]) == len(rows)
+    with open(json_path.with_suffix(".csv")) as f:
+        records = list(csv.DictReader(f))
+    assert len(records) == len(rows)
+    assert {"shape_d", "shape_N", "impl", "mode", "ms", "peak_mib", "act_nd", "device"} <= set(records[0])
+    png = plot_results(json_path)
+    assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_without_gpu_reports_errors(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("the no-GPU path")
+    assert cli.main(["bench", "geglu"]) == 0
+    out = capsys.readouterr().out
+    assert "Timings and memory figures need a CUDA GPU" in out
+    values = [float(v) for line in out.splitlines() if line.startswith("| float32") for v in line.split("|")[3:7]]
+    assert len(values) == 8 and all(v < 1e-5 for v in values)
+
+
+def test_cli_rejects_bad_arguments(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "geglu", "--shapes", "1024by8192"])
+    assert "is not of the form DxN" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "nosuch"])
+
+
+def test_default_impls():
+    impls = glu_suite.default_impls()
+    assert impls[:4] == ["fused", "fused_store", "eager", "compile"] and impls[-1] == "gemm"
+    assert "compile_max" not in impls and "compile_max" in glu_suite.default_impls(max_autotune=True)
+    assert ("liger" in impls) == glu_suite.liger_available()
+
+
+def test_info(capsys):
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "fusedmlp" in out and "backend" in out
