@@ -58,9 +58,9 @@ def plot_results(json_path: Path, png_path: Path | None = None) -> Path:
                     points.sort()
                     ax.plot(*zip(*points), marker="o", ms=3, label=impl)
             if metric != "ms":
-                for factor, style, label in ((5, "--", "5Nd (x + y)"), (9, ":", "9Nd (x + y + h)")):
-                    ax.plot(ns, [factor * n * d * elem / 2**20 for n in ns], "k" + style, lw=1, label=label,
-                            marker="_", ms=14)  # the marker shows the level where a column has one N
+                for factor, color, label in ((5, "black", "5Nd (x + y)"), (9, "red", "9Nd (x + y + h)")):
+                    ax.plot(ns, [factor * n * d * elem / 2**20 for n in ns], color=color, ls="--", lw=1,
+                            label=label, marker="_", ms=14)  # the marker shows the level where a column has one N
             ax.set_xscale("log", base=2)
             ax.set_title(f"d={d}: {title}", fontsize=9)
             ax.set_xlabel("N (rows)", fontsize=8)
