@@ -354,3 +354,36 @@ def test_tma_kernels(device, monkeypatch, dtype, recompute, bias):
     if device == "cuda":
         assert glu_ops._use_tma(cast(x64), cast(w64)[:out], cast(w64)[out:], cast(g64))
     check_against_reference(cast(x64), cast(w64), cast(b64), cast(g64), x64, w64, b64, g64, recompute, "tma")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "store"])
+def test_backward_in_row_chunks(device, monkeypatch, dtype, recompute):
+    """The backward's row chunks (dh one chunk at a time): dx, dW and db against float64."""
+    import fusedmlp.ops.glu as glu_ops
+
+    monkeypatch.setattr(glu_ops, "BWD_MIN_CHUNK_ROWS", 128)
+    n = 700  # chunks of 256, 256 and 188 rows
+    assert len(glu_ops._backward_row_chunks(n)) == 3
+    x64, w64, b64, g64 = make_inputs((n,), 40, 24, dtype, device)
+    cast = lambda t: t.to(dtype)  # noqa: E731
+    check_against_reference(cast(x64), cast(w64), cast(b64), cast(g64), x64, w64, b64, g64, recompute, "chunked")
+
+
+def test_torch_compile_with_row_chunks(device, monkeypatch):
+    import fusedmlp.ops.glu as glu_ops
+
+    monkeypatch.setattr(glu_ops, "BWD_MIN_CHUNK_ROWS", 128)
+    torch._dynamo.reset()
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    x = torch.randn(300, 32, device=device, requires_grad=True)
+    w = torch.randn(48, 32, device=device, requires_grad=True)
+
+    def step(x, w):
+        return fusedmlp.geglu(x, w).square().sum()
+
+    loss = torch.compile(step, fullgraph=True, backend=backend)(x, w)
+    grads = torch.autograd.grad(loss, (x, w))
+    eager = torch.autograd.grad(step(x, w), (x, w))
+    for got, want in zip(grads, eager):
+        assert rel_err(got, want) < 1e-5

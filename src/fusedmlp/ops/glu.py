@@ -11,12 +11,16 @@ traces through them (fake implementations give shapes, the autograd formula is r
     fusedmlp::geglu(x, weight, bias, store_h) -> (y, h)
         h is the [M, 2*out] pre-activation if store_h, else an empty tensor.
     fusedmlp::geglu_backward_dh(grad_y, x, weight, bias, h) -> (dh, db)
-        the fused elementwise backward: recomputes h from x when h is None.
+        the fused elementwise backward: recomputes h from x when h is None; db in fp32
+        (fp64 for fp64 inputs), for accumulation over row chunks.
 
 Backward memory modes: ``recompute=True`` saves only x (weight and bias are parameters) and
 recomputes h inside the backward kernel; ``recompute=False`` saves h too (2*out values per
 row), so the backward kernel only streams h and g. Then ``dW = dh.T @ x`` and
-``dx = dh @ weight`` run on cuBLAS (through aten, so torch.compile sees them).
+``dx = dh @ weight`` run on cuBLAS (through aten, so torch.compile sees them). The backward
+walks the rows in up to 4 chunks (``_backward_row_chunks``) so that only one chunk's dh
+exists at a time; dW accumulates over the chunks in its own dtype (one rounding per chunk),
+db in fp32.
 """
 
 from __future__ import annotations
@@ -139,7 +143,7 @@ def _launch_bwd_dh(grad_y, x, weight, bias, h):
     num_tiles_m = triton.cdiv(m, GLU_BWD_BLOCK_M)
     db_partial = torch.empty((num_tiles_m, 2 * out) if bias is not None else (0,), dtype=acc_torch, device=x.device)
     if m == 0 or out == 0:
-        db = torch.zeros((2 * out,) if bias is not None else (0,), dtype=x.dtype, device=x.device)
+        db = torch.zeros((2 * out,) if bias is not None else (0,), dtype=acc_torch, device=x.device)
         return dh, db
     dh_halves = (dh[:, :out], dh[:, out:])
     w_halves = (weight[:out], weight[out:])
@@ -158,7 +162,7 @@ def _launch_bwd_dh(grad_y, x, weight, bias, h):
     else:
         _launch_bwd_dh_pointers(grad_y, x, weight, bias, h, dh, db_partial, m, out, k, num_tiles_m, acc_tl)
     # Fixed-order reduction of the per-row-block partials: same bits on every run.
-    db = db_partial.sum(dim=0).to(x.dtype) if bias is not None else db_partial.to(x.dtype)
+    db = db_partial.sum(dim=0) if bias is not None else db_partial
     return dh, db
 
 
@@ -210,7 +214,7 @@ def _geglu_backward_dh_op(
     if h is None:
         h = torch.nn.functional.linear(x, weight, bias)
     dh_acc = _reference_dh(grad_y, h)
-    db = dh_acc.sum(0).to(x.dtype) if bias is not None else x.new_empty((0,))
+    db = dh_acc.sum(0) if bias is not None else dh_acc.new_empty((0,))
     return dh_acc.to(x.dtype), db
 
 
@@ -218,7 +222,21 @@ def _geglu_backward_dh_op(
 def _(grad_y, x, weight, bias, h):
     m = x.shape[0]
     two_out = weight.shape[0]
-    return x.new_empty((m, two_out)), x.new_empty((two_out,) if bias is not None else (0,))
+    db = x.new_empty((two_out,) if bias is not None else (0,), dtype=acc_dtypes(x.dtype)[1])
+    return x.new_empty((m, two_out)), db
+
+
+# The backward runs in row chunks, so that its dh transient ([rows, 2*out], the largest
+# buffer of the backward) lives one chunk at a time: up to BWD_MAX_CHUNKS chunks of at least
+# BWD_MIN_CHUNK_ROWS rows (GEMMs of that height still run at full speed).
+BWD_MAX_CHUNKS = 4
+BWD_MIN_CHUNK_ROWS = 4096
+
+
+def _backward_row_chunks(m: int) -> list[tuple[int, int]]:
+    rows = max(BWD_MIN_CHUNK_ROWS, triton.cdiv(m, BWD_MAX_CHUNKS))
+    rows = triton.cdiv(rows, GLU_BWD_BLOCK_M) * GLU_BWD_BLOCK_M  # whole row blocks: aligned slices
+    return [(start, min(start + rows, m)) for start in range(0, max(m, 1), rows)]
 
 
 def _geglu_setup_context(ctx, inputs, output):
@@ -236,11 +254,21 @@ def _geglu_backward(ctx, grad_y, grad_h):
     x, weight, bias, h = ctx.saved_tensors
     if grad_y is None:  # y did not reach the loss
         return None, None, None, None
-    dh, db = torch.ops.fusedmlp.geglu_backward_dh(grad_y, x, weight, bias, h)
     needs_x, needs_w, needs_b, _ = ctx.needs_input_grad
-    grad_x = dh @ weight if needs_x else None
-    grad_w = dh.t() @ x if needs_w else None  # one packed [2*out, in] tensor
-    grad_b = db if (ctx.has_bias and needs_b) else None
+    grad_x = x.new_empty(x.shape) if needs_x else None
+    grad_w = db = None
+    for start, stop in _backward_row_chunks(x.shape[0]):
+        rows = slice(start, stop)
+        dh, db_rows = torch.ops.fusedmlp.geglu_backward_dh(
+            grad_y[rows], x[rows], weight, bias, None if h is None else h[rows]
+        )
+        if needs_x:
+            torch.mm(dh, weight, out=grad_x[rows])
+        if needs_w:  # one packed [2*out, in] tensor, accumulated over the chunks in a fixed order
+            grad_w = dh.t() @ x[rows] if grad_w is None else grad_w.addmm_(dh.t(), x[rows])
+        if ctx.has_bias:  # summed in fp32 (fp64) across chunks, rounded once
+            db = db_rows if db is None else db + db_rows
+    grad_b = db.to(x.dtype) if (ctx.has_bias and needs_b) else None
     return grad_x, grad_w, grad_b, None
 
 
