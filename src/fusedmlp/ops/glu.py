@@ -268,6 +268,7 @@ def _geglu_backward(ctx, grad_y, grad_h):
             grad_w = dh.t() @ x[rows] if grad_w is None else grad_w.addmm_(dh.t(), x[rows])
         if ctx.has_bias:  # summed in fp32 (fp64) across chunks, rounded once
             db = db_rows if db is None else db + db_rows
+        del dh  # before the next chunk allocates its own: one dh alive at a time
     grad_b = db.to(x.dtype) if (ctx.has_bias and needs_b) else None
     return grad_x, grad_w, grad_b, None
 
