@@ -65,7 +65,8 @@ def plot_results(json_path: Path, png_path: Path | None = None) -> Path:
             ax.set_title(f"d={d}: {title}", fontsize=9)
             ax.set_xlabel("N (rows)", fontsize=8)
             ax.tick_params(labelsize=7)
-            ax.legend(fontsize=6)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=6)
     fig.suptitle(f"{rows[0]['suite']} {dtype} on {env.get('device')} (torch {env.get('torch')}, "
                  f"triton {env.get('triton')}, {env.get('date')})", fontsize=10)
     fig.tight_layout()
