@@ -5,8 +5,11 @@
 
 ``weight`` is the packed ``[2*out, in]`` weight of one ``nn.Linear(in, 2*out)``.
 
-Two torch.library custom ops carry the Triton kernels, so ``torch.compile(fullgraph=True)``
-traces through them (fake implementations give shapes, the autograd formula is registered):
+In eager mode the kernels run under an ``autograd.Function``. Under ``torch.compile`` the
+same implementations run as two torch.library custom ops, so ``fullgraph=True`` traces
+through them (fake implementations give shapes, the autograd formula is registered); the
+dispatcher round trip of a custom op costs tens of microseconds of host time per call, which
+eager mode does without:
 
     fusedmlp::geglu(x, weight, bias, store_h) -> (y, h)
         h is the [M, 2*out] pre-activation if store_h, else an empty tensor.
@@ -183,12 +186,10 @@ def _launch_bwd_dh_pointers(grad_y, x, weight, bias, h, dh, db_partial, m, out, 
 
 
 # --------------------------------------------------------------------------------------
-# torch.library ops
+# Implementations shared by both autograd paths (Triton when use_triton, else the reference)
 # --------------------------------------------------------------------------------------
-@torch.library.custom_op("fusedmlp::geglu", mutates_args=())
-def _geglu_op(
-    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], store_h: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _forward_impl(x, weight, bias, store_h):
+    """(y, h): h is the [M, 2*out] pre-activation if store_h, else an empty tensor."""
     if use_triton(x):
         return _launch_fwd(x, weight, bias, store_h)
     h = torch.nn.functional.linear(x, weight, bias)
@@ -197,18 +198,8 @@ def _geglu_op(
     return y, (h if store_h else h.new_empty((0,)))
 
 
-@_geglu_op.register_fake
-def _(x, weight, bias, store_h):
-    m = x.shape[0]
-    out = weight.shape[0] // 2
-    return x.new_empty((m, out)), x.new_empty((m, 2 * out) if store_h else (0,))
-
-
-@torch.library.custom_op("fusedmlp::geglu_backward_dh", mutates_args=())
-def _geglu_backward_dh_op(
-    grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-    h: Optional[torch.Tensor],
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _backward_dh_impl(grad_y, x, weight, bias, h):
+    """(dh, db): the fused elementwise backward; db in the accumulator dtype."""
     if use_triton(x):
         return _launch_bwd_dh(grad_y, x, weight, bias, h)
     if h is None:
@@ -216,14 +207,6 @@ def _geglu_backward_dh_op(
     dh_acc = _reference_dh(grad_y, h)
     db = dh_acc.sum(0) if bias is not None else dh_acc.new_empty((0,))
     return dh_acc.to(x.dtype), db
-
-
-@_geglu_backward_dh_op.register_fake
-def _(grad_y, x, weight, bias, h):
-    m = x.shape[0]
-    two_out = weight.shape[0]
-    db = x.new_empty((two_out,) if bias is not None else (0,), dtype=acc_dtypes(x.dtype)[1])
-    return x.new_empty((m, two_out)), db
 
 
 # The backward runs in row chunks, so that its dh transient ([rows, 2*out], the largest
@@ -239,41 +222,95 @@ def _backward_row_chunks(m: int) -> list[tuple[int, int]]:
     return [(start, min(start + rows, m)) for start in range(0, max(m, 1), rows)]
 
 
-def _geglu_setup_context(ctx, inputs, output):
-    x, weight, bias, store_h = inputs
-    _, h = output
-    ctx.has_bias = bias is not None
-    # h is an internal output that never receives a gradient: without this, autograd would
-    # materialise a zero [M, 2*out] grad_h for it in every backward.
-    ctx.set_materialize_grads(False)
-    # recompute mode saves x only (weight and bias are the layer's parameters, not activations)
-    ctx.save_for_backward(x, weight, bias, h if store_h else None)
-
-
-def _geglu_backward(ctx, grad_y, grad_h):
-    x, weight, bias, h = ctx.saved_tensors
-    if grad_y is None:  # y did not reach the loss
-        return None, None, None, None
-    needs_x, needs_w, needs_b, _ = ctx.needs_input_grad
+def _backward(grad_y, x, weight, bias, h, needs, backward_dh):
+    """(dx, dW, db) or None where ``needs`` says it is not wanted; ``backward_dh`` is the
+    elementwise kernel's entry (the custom op when traced, the implementation in eager)."""
+    needs_x, needs_w, needs_b = needs
     grad_x = x.new_empty(x.shape) if needs_x else None
     grad_w = db = None
     for start, stop in _backward_row_chunks(x.shape[0]):
         rows = slice(start, stop)
-        dh, db_rows = torch.ops.fusedmlp.geglu_backward_dh(
-            grad_y[rows], x[rows], weight, bias, None if h is None else h[rows]
-        )
+        dh, db_rows = backward_dh(grad_y[rows], x[rows], weight, bias, None if h is None else h[rows])
         if needs_x:
             torch.mm(dh, weight, out=grad_x[rows])
         if needs_w:  # one packed [2*out, in] tensor, accumulated over the chunks in a fixed order
             grad_w = dh.t() @ x[rows] if grad_w is None else grad_w.addmm_(dh.t(), x[rows])
-        if ctx.has_bias:  # summed in fp32 (fp64) across chunks, rounded once
+        if bias is not None:  # summed in fp32 (fp64) across chunks, rounded once
             db = db_rows if db is None else db + db_rows
         del dh  # before the next chunk allocates its own: one dh alive at a time
-    grad_b = db.to(x.dtype) if (ctx.has_bias and needs_b) else None
-    return grad_x, grad_w, grad_b, None
+    grad_b = db.to(x.dtype) if (bias is not None and needs_b) else None
+    return grad_x, grad_w, grad_b
 
 
-torch.library.register_autograd("fusedmlp::geglu", _geglu_backward, setup_context=_geglu_setup_context)
+# --------------------------------------------------------------------------------------
+# Eager path: an autograd.Function (a few microseconds of host time per call)
+# --------------------------------------------------------------------------------------
+class _GEGLUFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, store_h):
+        y, h = _forward_impl(x, weight, bias, store_h)
+        # recompute mode saves x only (weight and bias are the layer's parameters, not activations)
+        ctx.save_for_backward(x, weight, bias, h if store_h else None)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, weight, bias, h = ctx.saved_tensors
+        grads = _backward(grad_y, x, weight, bias, h, ctx.needs_input_grad[:3], _backward_dh_impl)
+        return (*grads, None)
+
+
+# --------------------------------------------------------------------------------------
+# Traced path: torch.library ops, so torch.compile(fullgraph=True) sees through the call
+# --------------------------------------------------------------------------------------
+@torch.library.custom_op("fusedmlp::geglu", mutates_args=())
+def _geglu_op(
+    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], store_h: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _forward_impl(x, weight, bias, store_h)
+
+
+@_geglu_op.register_fake
+def _(x, weight, bias, store_h):
+    m = x.shape[0]
+    out = weight.shape[0] // 2
+    return x.new_empty((m, out)), x.new_empty((m, 2 * out) if store_h else (0,))
+
+
+@torch.library.custom_op("fusedmlp::geglu_backward_dh", mutates_args=())
+def _geglu_backward_dh_op(
+    grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+    h: Optional[torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _backward_dh_impl(grad_y, x, weight, bias, h)
+
+
+@_geglu_backward_dh_op.register_fake
+def _(grad_y, x, weight, bias, h):
+    m = x.shape[0]
+    two_out = weight.shape[0]
+    db = x.new_empty((two_out,) if bias is not None else (0,), dtype=acc_dtypes(x.dtype)[1])
+    return x.new_empty((m, two_out)), db
+
+
+def _geglu_setup_context(ctx, inputs, output):
+    x, weight, bias, store_h = inputs
+    _, h = output
+    # h is an internal output that never receives a gradient: without this, autograd would
+    # materialise a zero [M, 2*out] grad_h for it in every backward.
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(x, weight, bias, h if store_h else None)
+
+
+def _geglu_op_backward(ctx, grad_y, grad_h):
+    x, weight, bias, h = ctx.saved_tensors
+    if grad_y is None:  # y did not reach the loss
+        return None, None, None, None
+    grads = _backward(grad_y, x, weight, bias, h, ctx.needs_input_grad[:3], torch.ops.fusedmlp.geglu_backward_dh)
+    return (*grads, None)
+
+
+torch.library.register_autograd("fusedmlp::geglu", _geglu_op_backward, setup_context=_geglu_setup_context)
 
 
 # --------------------------------------------------------------------------------------
@@ -322,5 +359,8 @@ def geglu(
     in_features = weight.shape[1]
     out = weight.shape[0] // 2
     x2d = x.reshape(-1, in_features)  # a view whenever the leading dims allow it
-    y, _ = torch.ops.fusedmlp.geglu(x2d, weight, bias, not recompute)
+    if torch.compiler.is_compiling():
+        y, _ = torch.ops.fusedmlp.geglu(x2d, weight, bias, not recompute)
+    else:  # eager: the custom op's dispatch costs tens of microseconds of host time per call
+        y = _GEGLUFunction.apply(x2d, weight, bias, not recompute)
     return y.reshape(*x.shape[:-1], out)
