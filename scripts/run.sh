@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
 if [ "$#" -eq 0 ]; then set -- bench geglu; fi
-exec fusedmlp "$@"
+exec "${PYTHON:-python3}" -m fusedmlp "$@"
