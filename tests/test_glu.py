@@ -364,13 +364,13 @@ def test_tma_kernels(device, monkeypatch, dtype, recompute, bias):
         if dtype == torch.float32 or torch.cuda.get_device_capability()[0] < 9:
             pytest.skip("the TMA path is for 16-bit inputs on Hopper")
     else:
-        monkeypatch.setattr(glu_ops, "_use_tma", lambda *tensors: True)
+        monkeypatch.setattr(glu_ops, "tma_eligible", lambda *tensors: True)
         monkeypatch.setattr(glu_ops, "num_sms", lambda t: 3)  # fewer programs than tiles
     n, k, out = 77, 72, 40  # 16-byte aligned rows; none a multiple of the tile sizes
     x64, w64, b64, g64 = make_inputs((n,), k, out, dtype, device, bias)
     cast = lambda t: None if t is None else t.to(dtype)  # noqa: E731
     if device == "cuda":
-        assert glu_ops._use_tma(cast(x64), cast(w64)[:out], cast(w64)[out:], cast(g64))
+        assert glu_ops.tma_eligible(cast(x64), cast(w64)[:out], cast(w64)[out:], cast(g64))
     check_against_reference(cast(x64), cast(w64), cast(b64), cast(g64), x64, w64, b64, g64, recompute, "tma")
 
 

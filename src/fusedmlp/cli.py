@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser(
         "bench",
-        help="benchmark a fused op against eager, torch.compile and the cuBLAS GEMM floor",
+        help="benchmark a fused op against eager, torch.compile, Liger-Kernel (if installed) and the cuBLAS GEMM floor",
         description="On a CUDA GPU: median ms, TFLOP/s and peak memory of every implementation, "
         "side by side, written as JSON + CSV (+ PNG if matplotlib is installed) to --out. Without a GPU: "
         "a small interpreted accuracy check against the float64 reference.",

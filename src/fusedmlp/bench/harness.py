@@ -96,20 +96,7 @@ def format_table(headers: list[str], rows: list[list]) -> str:
 
 
 def progress(total: int, desc: str):
-    """A tqdm progress bar on stderr (a no-op stand-in if tqdm is missing)."""
-    try:
-        from tqdm import tqdm
+    """A tqdm progress bar on stderr."""
+    from tqdm import tqdm
 
-        return tqdm(total=total, desc=desc, file=sys.stderr, dynamic_ncols=True)
-    except ImportError:  # pragma: no cover
-        class _Quiet:
-            def update(self, n=1):
-                pass
-
-            def set_postfix_str(self, s):
-                pass
-
-            def close(self):
-                pass
-
-        return _Quiet()
+    return tqdm(total=total, desc=desc, file=sys.stderr, dynamic_ncols=True)

@@ -74,6 +74,11 @@ def upcast_dots(dtype: torch.dtype) -> bool:
     return INTERPRET and dtype in (torch.float16, torch.bfloat16)
 
 
+def dot_meta(dtype: torch.dtype) -> dict:
+    """The main loop's dtype meta-parameters for inputs of ``dtype`` (every GEMM kernel takes them)."""
+    return {"ACC_DTYPE": acc_dtypes(dtype)[0], "DOT_PRECISION": dot_precision(dtype), "UPCAST": upcast_dots(dtype)}
+
+
 def autotune_m_key(m: int) -> int:
     """M rounded up to a power of two: the autotune key, so a new batch size does not re-tune."""
     return 1 << max(m - 1, 0).bit_length()
@@ -85,9 +90,15 @@ def _device_capability_and_sms(index: int):
     return (props.major, props.minor), props.multi_processor_count
 
 
+def _device_properties(t: torch.Tensor):
+    """((major, minor), multiprocessor count) of ``t``'s GPU, cached per device."""
+    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    return _device_capability_and_sms(index)
+
+
 def num_sms(t: torch.Tensor) -> int:
     """Streaming multiprocessors of ``t``'s GPU: the program count of persistent kernels."""
-    return _device_capability_and_sms(t.device.index if t.device.index is not None else torch.cuda.current_device())[1]
+    return _device_properties(t)[1]
 
 
 def tma_eligible(*tensors: torch.Tensor) -> bool:
@@ -99,8 +110,7 @@ def tma_eligible(*tensors: torch.Tensor) -> bool:
     first = tensors[0]
     if INTERPRET or not first.is_cuda or first.dtype not in (torch.float16, torch.bfloat16):
         return False
-    index = first.device.index if first.device.index is not None else torch.cuda.current_device()
-    if _device_capability_and_sms(index)[0][0] < 9:
+    if _device_properties(first)[0][0] < 9:
         return False
     for t in tensors:
         if t.dim() != 2 or t.stride(1) != 1 or t.shape[0] == 0 or t.shape[1] == 0:

@@ -49,10 +49,9 @@ from ._common import (
     autotune_m_key,
     check_same_dtype_device,
     check_tensor,
-    dot_precision,
+    dot_meta,
     num_sms,
     tma_eligible,
-    upcast_dots,
     use_triton,
 )
 from .activations import activation_grad_reference, activation_reference
@@ -87,11 +86,6 @@ def _reference_dh(grad_y: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------------------
 # Kernel launches
 # --------------------------------------------------------------------------------------
-def _use_tma(*tensors) -> bool:
-    """The descriptor (TMA) kernels, when every operand allows them; else the pointer kernels."""
-    return tma_eligible(*tensors)
-
-
 def _descriptor(t):
     # The block shape is a placeholder: the config's pre-hook sets the real one before launch.
     return TensorDescriptor.from_tensor(t, [16, 16])
@@ -109,9 +103,8 @@ def _launch_fwd(x, weight, bias, store_h):
     h = torch.empty((m, 2 * out) if store_h else (0,), dtype=x.dtype, device=x.device)
     if m == 0 or out == 0:
         return y, h
-    acc_tl, _ = acc_dtypes(x.dtype)
     halves = (weight[:out], weight[out:]) + ((h[:, :out], h[:, out:]) if store_h else ())
-    if _use_tma(x, y, *halves):
+    if tma_eligible(x, y, *halves):
         w1, w2 = halves[:2]
         h1, h2 = halves[2:] if store_h else (y, y)
         _fwd_tma_launcher.launch(
@@ -121,7 +114,7 @@ def _launch_fwd(x, weight, bias, store_h):
             h1_desc=_descriptor(h1), h2_desc=_descriptor(h2),
             M=m, OUT=out, K=k, M_KEY=autotune_m_key(m), NUM_SMS=num_sms(x),
             HAS_BIAS=bias is not None, STORE_H=store_h,
-            ACC_DTYPE=acc_tl, DOT_PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype),
+            **dot_meta(x.dtype),
         )
         return y, h
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
@@ -131,7 +124,7 @@ def _launch_fwd(x, weight, bias, store_h):
         m, out, k, autotune_m_key(m),
         x.stride(0), x.stride(1), weight.stride(0), weight.stride(1), y.stride(0), h.stride(0) if store_h else 0,
         HAS_BIAS=bias is not None, STORE_H=store_h,
-        ACC_DTYPE=acc_tl, DOT_PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype),
+        **dot_meta(x.dtype),
         fp64=x.dtype == torch.float64,
     )
     return y, h
@@ -141,7 +134,7 @@ def _launch_bwd_dh(grad_y, x, weight, bias, h):
     m, k = x.shape
     out = weight.shape[0] // 2
     recompute = h is None
-    acc_tl, acc_torch = acc_dtypes(x.dtype)
+    acc_torch = acc_dtypes(x.dtype)[1]
     dh = torch.empty((m, 2 * out), dtype=x.dtype, device=x.device)
     num_tiles_m = triton.cdiv(m, GLU_BWD_BLOCK_M)
     db_partial = torch.empty((num_tiles_m, 2 * out) if bias is not None else (0,), dtype=acc_torch, device=x.device)
@@ -150,7 +143,7 @@ def _launch_bwd_dh(grad_y, x, weight, bias, h):
         return dh, db
     dh_halves = (dh[:, :out], dh[:, out:])
     w_halves = (weight[:out], weight[out:])
-    if recompute and _use_tma(x, grad_y, *w_halves, *dh_halves):
+    if recompute and tma_eligible(x, grad_y, *w_halves, *dh_halves):
         _bwd_tma_launcher.launch(
             _persistent_grid(x, m, out),
             g_desc=_descriptor(grad_y), x_desc=_descriptor(x),
@@ -160,18 +153,20 @@ def _launch_bwd_dh(grad_y, x, weight, bias, h):
             db_partial_ptr=db_partial if bias is not None else dh,
             M=m, OUT=out, K=k, M_KEY=autotune_m_key(m), NUM_SMS=num_sms(x),
             HAS_BIAS=bias is not None,
-            ACC_DTYPE=acc_tl, DOT_PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype),
+            **dot_meta(x.dtype),
         )
     else:
-        _launch_bwd_dh_pointers(grad_y, x, weight, bias, h, dh, db_partial, m, out, k, num_tiles_m, acc_tl)
+        _launch_bwd_dh_pointers(grad_y, x, weight, bias, h, dh, db_partial)
     # Fixed-order reduction of the per-row-block partials: same bits on every run.
     db = db_partial.sum(dim=0) if bias is not None else db_partial
     return dh, db
 
 
-def _launch_bwd_dh_pointers(grad_y, x, weight, bias, h, dh, db_partial, m, out, k, num_tiles_m, acc_tl):
+def _launch_bwd_dh_pointers(grad_y, x, weight, bias, h, dh, db_partial):
+    m, k = x.shape
+    out = weight.shape[0] // 2
     recompute = h is None
-    grid = lambda meta: (num_tiles_m * triton.cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
+    grid = lambda meta: (triton.cdiv(m, GLU_BWD_BLOCK_M) * triton.cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
     _bwd_launcher.launch(
         grid,
         grad_y, x, weight, bias if bias is not None else dh, dh if recompute else h, dh,
@@ -180,7 +175,7 @@ def _launch_bwd_dh_pointers(grad_y, x, weight, bias, h, dh, db_partial, m, out, 
         grad_y.stride(0), grad_y.stride(1), x.stride(0), x.stride(1), weight.stride(0), weight.stride(1),
         0 if recompute else h.stride(0), dh.stride(0),
         HAS_BIAS=bias is not None, RECOMPUTE=recompute,
-        ACC_DTYPE=acc_tl, DOT_PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype),
+        **dot_meta(x.dtype),
         fp64=x.dtype == torch.float64,
     )
 

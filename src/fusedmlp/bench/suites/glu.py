@@ -96,8 +96,8 @@ def _forward_fn(impl: str):
     raise ValueError(impl)
 
 
-def _measure_impl(impl, mode, x, w, b, g, n, d):
-    """(ms, peak MiB, extra) of one implementation in one mode."""
+def _measure_impl(impl, forward, mode, x, w, b, g, n, d):
+    """(ms, peak MiB, extra) of one implementation (``forward``, None for gemm) in one mode."""
     extra = {}
     if impl == "gemm":
         dh = torch.randn(n, 8 * d, device=x.device, dtype=x.dtype)
@@ -110,7 +110,6 @@ def _measure_impl(impl, mode, x, w, b, g, n, d):
         fn = steps[mode]
         fn()
         return median_ms(fn), peak_mib_above_current(fn), extra
-    forward = _forward_fn(impl)
     inputs = (x, w, b)
     if mode == "fwd":
         fn = lambda: forward(x, w, b)  # noqa: E731
@@ -147,12 +146,14 @@ def run_gpu(shapes, dtype, impls, modes, on_shape_done=None) -> list[Measurement
         w = (torch.randn(8 * d, d, device="cuda") / d**0.5).to(dtype).requires_grad_()
         b = torch.randn(8 * d, device="cuda", dtype=dtype, requires_grad=True)
         g = torch.randn(n, 4 * d, device="cuda", dtype=dtype)
+        # one function per impl and shape, so torch.compile compiles each graph once per shape
+        forwards = {impl: (None if impl == "gemm" else _forward_fn(impl)) for impl in impls}
         for impl in impls:
             for mode in modes:
                 bar.set_postfix_str(f"d={d} N={n} {impl} {mode}")
                 row = Measurement(NAME, {"d": d, "N": n}, str(dtype).replace("torch.", ""), impl, mode)
                 try:
-                    ms, peak, extra = _measure_impl(impl, mode, x, w, b, g, n, d)
+                    ms, peak, extra = _measure_impl(impl, forwards[impl], mode, x, w, b, g, n, d)
                     gemms = {"fwd": 1, "bwd": 2, "fwd+bwd": 3}[mode]
                     row.ms, row.peak_mib, row.extra = ms, peak, extra
                     row.tflops = gemms * _gemm_flops(n, d) / (ms * 1e-3) / 1e12
