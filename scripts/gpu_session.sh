@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# One device-machine session (no network there): GPU tests, then the geglu benchmark.
+# One device-machine session (no network there): GPU tests, then benchmarks (SUITES, default geglu).
 # Runs from the repository root with the source tree on PYTHONPATH; pytest (and peers such as
 # liger-kernel) come from wheels carried in .whl/ when the image lacks them. Results land in $OUT.
-#   usage: bash scripts/gpu_session.sh [tests|bench|all] [extra bench args...]
+#   usage: [SUITES="geglu swiglu"] bash scripts/gpu_session.sh [tests|bench|all] [extra bench args...]
 set -uo pipefail
 WHAT=${1:-all}; shift || true
 read -r -a PYTEST_ARGS <<< "${PYTEST_EXTRA:-}"
@@ -20,13 +20,23 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,n
 python3 -m fusedmlp.cli info
 rc=0
 if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
-    timeout "${TEST_TIMEOUT:-400}" python3 -m pytest -v -rf --durations=15 -p no:cacheprovider tests "${PYTEST_ARGS[@]}" \
-        > "$OUT/pytest.log" 2>&1
-    rc=$?
-    grep -E "FAILED|passed|failed|Error|slowest|^[0-9.]+s " "$OUT/pytest.log" | tail -40
+    # one pytest process per test file, side by side: compiling kernels is CPU-bound and the
+    # machine has many cores; the GPU has room for all of them
+    pids=()
+    for file in tests/test_*.py; do
+        name=$(basename "$file" .py)
+        timeout "${TEST_TIMEOUT:-400}" python3 -m pytest -v -rf --durations=5 -p no:cacheprovider "$file" \
+            "${PYTEST_ARGS[@]}" > "$OUT/pytest_$name.log" 2>&1 &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+    grep -h -E "^FAILED|^ERROR|Timeout" "$OUT"/pytest_*.log | head -40
+    for log in "$OUT"/pytest_*.log; do echo "$(basename "$log"): $(tail -n 1 "$log")"; done
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
-    python3 -m fusedmlp.cli bench geglu --out "$OUT" "$@" 2> "$OUT/bench.stderr" || rc=1
-    grep -v "it/s" "$OUT/bench.stderr" | tail -5  # the progress bar stays in the file
+    for suite in ${SUITES:-geglu}; do
+        python3 -m fusedmlp.cli bench "$suite" --out "$OUT" "$@" 2> "$OUT/bench_$suite.stderr" || rc=1
+        grep -v "it/s" "$OUT/bench_$suite.stderr" | tail -5  # the progress bar stays in the file
+    done
 fi
 exit $rc

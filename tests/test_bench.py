@@ -73,7 +73,7 @@ def test_bench_without_gpu_reports_errors(capsys):
 def test_cli_rejects_bad_arguments(capsys):
     with pytest.raises(SystemExit):
         cli.main(["bench", "geglu", "--shapes", "1024by8192"])
-    assert "is not of the form DxN" in capsys.readouterr().err
+    assert "is not a list of integers joined by x" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["bench", "nosuch"])
 
@@ -89,3 +89,33 @@ def test_info(capsys):
     assert cli.main(["info"]) == 0
     out = capsys.readouterr().out
     assert "fusedmlp" in out and "backend" in out
+
+
+@pytest.mark.parametrize("suite", ["linear_act", "swiglu"])
+def test_new_suites_cpu_check(capsys, suite):
+    """Without a GPU each suite runs its interpreted accuracy check: every error small."""
+    if torch.cuda.is_available():
+        pytest.skip("the CPU path")
+    assert cli.main(["bench", suite, "--dtype", "fp32"]) == 0
+    out = capsys.readouterr().out
+    errors = [float(v) for line in out.splitlines() if line.startswith("| float32")
+              for v in line.split("|")[-6:-1] if v.strip() and v.strip()[0].isdigit()]
+    assert len(errors) >= 8 and all(e < 1e-5 for e in errors), errors
+
+
+def test_generic_summary_and_bar_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    from fusedmlp.bench.plot import plot_results
+    from fusedmlp.bench.suites import swiglu as swiglu_suite
+
+    rows = [harness.Measurement("swiglu", {"tokens": 64, "d": 16, "hidden": 40}, "bfloat16", impl, mode,
+                                ms=0.1 * (k + 1), peak_mib=3.0 * (k + 1))
+            for mode in swiglu_suite.MODES for k, impl in enumerate(("fused", "eager", "compile", "gemm"))]
+    headers, table = swiglu_suite.summary_table(rows)
+    first = dict(zip(headers, table[0]))
+    assert first["tokens"] == 64 and first["hidden"] == 40 and first["mode"] == "fwd"
+    assert first["fused/compile"] == pytest.approx(0.1 / 0.3) and first["fused/gemm"] == pytest.approx(0.1 / 0.4)
+    json_path = tmp_path / "swiglu.json"
+    harness.write_json(json_path, harness.environment(), rows)
+    png = plot_results(json_path)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -13,8 +13,16 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "geglu": "fusedmlp.ops.glu",
     "geglu_reference": "fusedmlp.ops.glu",
+    "linear_act": "fusedmlp.ops.linear_act",
+    "linear_act_reference": "fusedmlp.ops.linear_act",
+    "swiglu": "fusedmlp.ops.swiglu",
+    "swiglu_reference": "fusedmlp.ops.swiglu",
     "ACTIVATIONS": "fusedmlp.ops.activations",
     "GEGLU": "fusedmlp.nn.glu",
+    "FusedLinear": "fusedmlp.nn.linear_act",
+    "SwiGLU": "fusedmlp.nn.swiglu",
+    "patch": "fusedmlp.nn.patch",
+    "unpatch": "fusedmlp.nn.patch",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

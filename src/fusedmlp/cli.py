@@ -22,16 +22,17 @@ def _prepare_backend() -> bool:
 
 
 def _parse_shapes(text: str):
-    """A preset name (kept as a string, resolved by the suite) or a DxN list."""
+    """A preset name (kept as a string, resolved by the suite) or a list like 1024x8192 or 16384x512x1792."""
     if text.isidentifier():
         return text
     shapes = []
     for item in text.split(","):
         try:
-            d, n = item.lower().split("x")
-            shapes.append((int(d), int(n)))
+            shapes.append(tuple(int(v) for v in item.lower().split("x")))
         except ValueError:
-            raise argparse.ArgumentTypeError(f"shape {item!r} is not of the form DxN (e.g. 1024x8192)") from None
+            raise argparse.ArgumentTypeError(
+                f"shape {item!r} is not a list of integers joined by x (e.g. 1024x8192)"
+            ) from None
     return shapes
 
 
@@ -53,7 +54,7 @@ def cmd_info(args) -> int:
     else:
         print("device   no CUDA GPU")
         print(f"backend  {'Triton interpreter' if INTERPRET else 'PyTorch reference'} on CPU tensors")
-    print(f"ops      geglu; activations: {', '.join(fusedmlp.ACTIVATIONS)}")
+    print(f"ops      geglu, linear_act, swiglu; activations: {', '.join(fusedmlp.ACTIVATIONS)}")
     return 0
 
 
@@ -89,6 +90,11 @@ def cmd_bench(args) -> int:
                   f"or give DxN,...", file=sys.stderr)
             return 2
         shapes = suite.SHAPE_PRESETS[shapes]
+    fields = suite.SHAPE_FIELDS
+    bad = [s for s in shapes if len(s) != len(fields) or min(s) <= 0]
+    if bad:
+        print(f"{args.suite} shapes are {'x'.join(fields).upper()} with positive sizes; got {bad}", file=sys.stderr)
+        return 2
     stem = f"{args.suite}_{args.dtype}_{env['device'].replace(' ', '_')}"
     json_path = Path(args.out) / f"{stem}.json"
 
@@ -122,6 +128,8 @@ def cmd_bench_plot(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fusedmlp.bench.suites import SUITES
+
     parser = argparse.ArgumentParser(prog="fusedmlp", description="Fused Triton kernels for MLP blocks.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -135,15 +143,18 @@ def build_parser() -> argparse.ArgumentParser:
         "side by side, written as JSON + CSV (+ PNG if matplotlib is installed) to --out. Without a GPU: "
         "a small interpreted accuracy check against the float64 reference.",
     )
-    bench.add_argument("suite", choices=["geglu"], help="which op to benchmark")
+    bench.add_argument("suite", choices=sorted(SUITES), help="which op to benchmark")
     bench.add_argument("--shapes", type=_parse_shapes, default=None,
-                       help="comma-separated DxN list (model width x rows), e.g. 1024x8192,4096x8192, or a "
-                            "preset: 'default' (1024x8192,2048x16384,4096x8192,1024x32768) or 'full' "
-                            "(d in 1024..8192 x N in 4096..65536)")
+                       help="a preset, 'default' or 'full', or a comma-separated list of shapes: geglu DxN "
+                            "(model width x rows, e.g. 1024x8192; full: d in 1024..8192 x N in 4096..65536), "
+                            "linear_act TOKENSxINxOUT (e.g. 16384x512x1792), swiglu TOKENSxDxHIDDEN "
+                            "(e.g. 16384x4096x14336)")
     bench.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="default: bf16")
     bench.add_argument("--impls", default=None,
-                       help="comma-separated subset of fused,fused_store,eager,compile,compile_max,liger,gemm "
-                            "(default: all available; liger when liger_kernel is installed)")
+                       help="comma-separated subset of the suite's implementations (default: all available). "
+                            "geglu: fused,fused_store,eager,compile,compile_max,liger,gemm; linear_act: "
+                            "fused,fused_preact,eager,compile,compile_max,gemm; swiglu: fused,fused_recompute,"
+                            "eager,compile,compile_max,liger,gemm (liger when liger_kernel is installed)")
     bench.add_argument("--max-autotune", action="store_true",
                        help="also time torch.compile(mode='max-autotune') (compiles for minutes)")
     bench.add_argument("--modes", default=None, help="comma-separated subset of fwd,bwd,fwd+bwd (default: all)")

@@ -100,3 +100,109 @@ def progress(total: int, desc: str):
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, file=sys.stderr, dynamic_ncols=True)
+
+
+# --------------------------------------------------------------------------------------
+# Pieces of a suite: one measurement, the run loop, the summary table
+# --------------------------------------------------------------------------------------
+def measure(forward, mode: str, inputs: tuple, g, steps=None):
+    """(ms, peak MiB, extra) of ``forward(*inputs)`` in one mode, or of ``steps[mode]`` (a
+    bare-GEMM floor: a callable) when ``steps`` is given.
+
+    fwd: a training forward (inputs require grad); ``extra["retained_bytes"]`` is what the
+    forward leaves allocated (output and saved state). bwd: the backward of one kept forward.
+    fwd+bwd: both. Gradients are taken for the inputs that require them, with ``g`` upstream.
+    """
+    extra = {}
+    if steps is not None:
+        fn = steps[mode]
+        fn()
+        return median_ms(fn), peak_mib_above_current(fn), extra
+    wrt = tuple(t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad)
+    if mode == "fwd":
+        fn = lambda: forward(*inputs)  # noqa: E731
+        for _ in range(2):
+            fn()
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        y = forward(*inputs)
+        torch.cuda.synchronize()
+        extra["retained_bytes"] = torch.cuda.memory_allocated() - before
+        del y
+        return median_ms(fn), peak_mib_above_current(fn), extra
+    if mode == "fwd+bwd":
+        fn = lambda: torch.autograd.grad(forward(*inputs), wrt, g)  # noqa: E731
+        for _ in range(2):
+            fn()
+        return median_ms(fn), peak_mib_above_current(fn), extra
+    y = forward(*inputs)
+    fn = lambda: torch.autograd.grad(y, wrt, g, retain_graph=True)  # noqa: E731
+    for _ in range(2):
+        fn()
+    return median_ms(fn), peak_mib_above_current(fn), extra
+
+
+def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make_forward, gemm_steps,
+              gemms_per_mode, gemm_flops, on_shape_done=None) -> list[Measurement]:
+    """Every (shape, impl, mode) of a suite, with a progress bar.
+
+    ``make_inputs(shape, dtype) -> (inputs, g)``; ``make_forward(impl)`` a callable, built once
+    per shape so torch.compile compiles each graph once; ``gemm_steps(inputs, g)`` the
+    {mode: callable} of the bare cuBLAS GEMMs (impl ``gemm``); TFLOP/s counts
+    ``gemms_per_mode[mode] * gemm_flops(shape)`` (the model's GEMM work). A failing
+    implementation is recorded with its error and the run goes on; ``on_shape_done(rows)``
+    runs after each shape (to save partial results).
+    """
+    rows = []
+    bar = progress(len(shapes) * len(impls) * len(modes), f"bench {name}")
+    for shape in shapes:
+        torch._dynamo.reset()  # each shape compiles afresh; no recompile limit in the way
+        inputs, g = make_inputs(shape, dtype)
+        forwards = {impl: (None if impl == "gemm" else make_forward(impl)) for impl in impls}
+        shape_dict = dict(zip(shape_fields, shape))
+        for impl in impls:
+            for mode in modes:
+                bar.set_postfix_str(f"{shape_dict} {impl} {mode}")
+                row = Measurement(name, shape_dict, str(dtype).replace("torch.", ""), impl, mode)
+                try:
+                    steps = gemm_steps(inputs, g) if impl == "gemm" else None
+                    row.ms, row.peak_mib, row.extra = measure(forwards[impl], mode, inputs, g, steps)
+                    row.tflops = gemms_per_mode[mode] * gemm_flops(shape) / (row.ms * 1e-3) / 1e12
+                except Exception as exc:  # a peer failing must not lose the other figures
+                    row.note = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                rows.append(row)
+                torch.cuda.empty_cache()
+                bar.update()
+        del inputs, g, forwards
+        if on_shape_done is not None:
+            on_shape_done(rows)
+    bar.close()
+    return rows
+
+
+def summary_table(rows: list[Measurement], impl_order, peers):
+    """Headers and rows: one line per (shape, mode): ms per impl, ratios to the GEMM floor
+    and of each fused variant to each peer that ran (below 1 = fused is faster), peak MiB."""
+    impls = [i for i in impl_order if any(r.impl == i for r in rows)]
+    fused = [i for i in impls if i.startswith("fused")]
+    peers = [i for i in impls if i in peers]
+    fields = list(rows[0].shape) if rows else []
+    keys = list(dict.fromkeys((tuple(r.shape.values()), r.mode) for r in rows))
+    lookup = {(tuple(r.shape.values()), r.mode, r.impl): r for r in rows}
+    ratio = lambda a, b: (a / b) if (a is not None and b) else None  # noqa: E731
+    headers = fields + ["mode"] + [f"{i} ms" for i in impls]
+    if "gemm" in impls:
+        headers += [f"{i}/gemm" for i in impls if i != "gemm"]
+    headers += [f"{f}/{p}" for f in fused for p in peers]
+    headers += [f"{i} MiB" for i in impls if i != "gemm"]
+    table = []
+    for shape, mode in keys:
+        got = {i: lookup.get((shape, mode, i)) for i in impls}
+        ms = {i: (got[i].ms if got[i] else None) for i in impls}
+        line = list(shape) + [mode] + [ms[i] for i in impls]
+        if "gemm" in impls:
+            line += [ratio(ms[i], ms["gemm"]) for i in impls if i != "gemm"]
+        line += [ratio(ms[f], ms[p]) for f in fused for p in peers]
+        line += [(got[i].peak_mib if got[i] else None) for i in impls if i != "gemm"]
+        table.append(line)
+    return headers, table

@@ -1,9 +1,10 @@
 """PNG plots of a bench JSON file (needs matplotlib: ``pip install fusedmlp[plot]``).
 
-One column per model width d, x axis N (rows, log scale), one line per implementation:
+geglu: one column per model width d, x axis N (rows, log scale), one line per implementation:
 forward time, forward+backward time, the forward's activation footprint and the
 forward+backward peak memory, the memory panels with the 5Nd (input + output, the ideal) and
-9Nd (+ the pre-activation h) lines of the analysis.
+9Nd (+ the pre-activation h) lines of the analysis. Other suites: grouped bars per shape,
+time and peak memory for each mode.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def plot_results(json_path: Path, png_path: Path | None = None) -> Path:
     env, rows = data["environment"], [r for r in data["results"] if r["ms"] is not None]
     if not rows:
         raise ValueError(f"{json_path} holds no successful measurement to plot")
+    if set(rows[0]["shape"]) != {"d", "N"}:
+        return _plot_bars(env, rows, json_path, png_path, plt)
     dtype = rows[0]["dtype"]
     elem = _BYTES.get(dtype, 2)
     widths = sorted({r["shape"]["d"] for r in rows})
@@ -69,6 +72,38 @@ def plot_results(json_path: Path, png_path: Path | None = None) -> Path:
                 ax.legend(fontsize=6)
     fig.suptitle(f"{rows[0]['suite']} {dtype} on {env.get('device')} (torch {env.get('torch')}, "
                  f"triton {env.get('triton')}, {env.get('date')})", fontsize=10)
+    fig.tight_layout()
+    png_path = Path(png_path) if png_path else Path(json_path).with_suffix(".png")
+    fig.savefig(png_path, dpi=100)
+    plt.close(fig)
+    return png_path
+
+
+def _plot_bars(env, rows, json_path, png_path, plt):
+    """Grouped bars: one panel per (mode, metric), one group per shape, one bar per impl."""
+    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    shapes = list(dict.fromkeys(tuple(r["shape"].values()) for r in rows))
+    labels = ["x".join(map(str, s)) for s in shapes]
+    values = {(tuple(r["shape"].values()), r["mode"], r["impl"]): r for r in rows}
+    fig, axes = plt.subplots(2, len(modes), figsize=(4.5 * len(modes), 6.4), squeeze=False)
+    width = 0.8 / len(impls)
+    for col, mode in enumerate(modes):
+        for row, (metric, title) in enumerate((("ms", "time (ms)"), ("peak_mib", "peak MiB above inputs"))):
+            ax = axes[row][col]
+            for k, impl in enumerate(impls):
+                if metric == "peak_mib" and impl == "gemm":
+                    continue
+                heights = [(values.get((s, mode, impl)) or {}).get(metric) or 0.0 for s in shapes]
+                ax.bar([i + k * width for i in range(len(shapes))], heights, width, label=impl)
+            ax.set_xticks([i + 0.4 - width / 2 for i in range(len(shapes))], labels, fontsize=7)
+            ax.set_yscale("log")
+            ax.set_title(f"{mode}: {title}", fontsize=9)
+            ax.tick_params(labelsize=7)
+            ax.legend(fontsize=6)
+    fields = "x".join(rows[0]["shape"])
+    fig.suptitle(f"{rows[0]['suite']} {rows[0]['dtype']} ({fields}) on {env.get('device')} "
+                 f"(torch {env.get('torch')}, triton {env.get('triton')}, {env.get('date')})", fontsize=10)
     fig.tight_layout()
     png_path = Path(png_path) if png_path else Path(json_path).with_suffix(".png")
     fig.savefig(png_path, dpi=100)

@@ -96,3 +96,29 @@ def activation_value_and_grad(z, ACT: tl.constexpr):
         value = z * s
         grad = s * (1.0 + z * (1.0 - s))
     return value, grad
+
+
+# Activations whose derivative is a function of the output a(z): a backward may keep the
+# layer's output (often saved anyway, as the next layer's input) instead of z.
+DERIVATIVE_FROM_OUTPUT = ("identity", "relu", "squared_relu", "sigmoid")
+
+
+@triton.jit
+def activation_grad(a, ACT: tl.constexpr, FROM_OUTPUT: tl.constexpr):
+    """a'(z) from ``a`` = z, or, if FROM_OUTPUT, from ``a`` = a(z) (DERIVATIVE_FROM_OUTPUT only).
+
+    From the output: relu' = [y > 0], squared_relu' = 2 sqrt(y), sigmoid' = y (1 - y).
+    """
+    if FROM_OUTPUT:
+        if ACT == "identity":
+            grad = tl.full(a.shape, 1.0, a.dtype)
+        elif ACT == "relu":
+            grad = tl.where(a > 0.0, 1.0, 0.0).to(a.dtype)
+        elif ACT == "squared_relu":
+            grad = 2.0 * tl.sqrt(tl.maximum(a, 0.0))
+        else:
+            tl.static_assert(ACT == "sigmoid", "this activation's derivative needs z, not a(z)")
+            grad = a * (1.0 - a)
+    else:
+        _, grad = activation_value_and_grad(a, ACT)
+    return grad

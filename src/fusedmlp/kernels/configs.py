@@ -38,23 +38,43 @@ _GLU_BWD_TILES = [
 ]
 
 
-def _set_descriptor_blocks(nargs):
-    """Pre-hook: give each tensor descriptor the block shape of the config being run.
+# Linear + activation GEMM tiles: one fp32 accumulator. 128x256x64 is the tile a persistent
+# TMA GEMM was measured at 96-101% of cuBLAS bf16 with on an H100 (DESIGN.md).
+_LINEAR_TILES = [
+    ({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8}, 8, 3),
+    ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, 8, 4),
+    ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, 4, 4),
+    ({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, 4, 4),
+    ({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}, 4, 4),
+]
+# dgrad (dx = dpre @ W): the output tile is BLOCK_M x BLOCK_K, the loop runs over N in
+# BLOCK_N steps. BLOCK_M fixed (the host sizes the db partials from it).
+LINEAR_DGRAD_BLOCK_M = 128
+_LINEAR_DGRAD_TILES = [
+    ({"BLOCK_N": 64, "BLOCK_K": 256, "GROUP_M": 8}, 8, 3),
+    ({"BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8}, 8, 4),
+    ({"BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8}, 4, 4),
+    ({"BLOCK_N": 32, "BLOCK_K": 128, "GROUP_M": 8}, 4, 5),
+]
 
-    Told apart by name: ``x_desc`` holds [BLOCK_M, BLOCK_K] row-operand tiles, ``w*_desc``
-    [BLOCK_N, BLOCK_K] weight tiles, every other ``*_desc`` (y, h, g, dh) output-shaped
-    [BLOCK_M, BLOCK_N] tiles.
-    """
-    bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
+# Block shape of each tensor-descriptor argument, by argument name, as meta-parameter names.
+# Names not listed are output-shaped: [BLOCK_M, BLOCK_N] tiles of y, h, g, dh, pre, ...
+_DESCRIPTOR_BLOCKS = {
+    "x_desc": ("BLOCK_M", "BLOCK_K"),    # the row operand of x @ W.T
+    "gy_desc": ("BLOCK_M", "BLOCK_K"),   # the row operand of gy @ Wd (SwiGLU backward)
+    "dx_desc": ("BLOCK_M", "BLOCK_K"),   # the output of dpre @ W
+    "w_desc": ("BLOCK_N", "BLOCK_K"),    # nn.Linear weights [N, K]
+    "w1_desc": ("BLOCK_N", "BLOCK_K"),
+    "w2_desc": ("BLOCK_N", "BLOCK_K"),
+    "wd_desc": ("BLOCK_K", "BLOCK_N"),   # a weight read as [K, N] (SwiGLU's down projection)
+}
+
+
+def _set_descriptor_blocks(nargs):
+    """Pre-hook: give each tensor descriptor the block shape of the config being run."""
     for name, value in nargs.items():
-        if not name.endswith("_desc") or not hasattr(value, "block_shape"):
-            continue
-        if name == "x_desc":
-            value.block_shape = [bm, bk]
-        elif name.startswith("w"):
-            value.block_shape = [bn, bk]
-        else:
-            value.block_shape = [bm, bn]
+        if name.endswith("_desc") and hasattr(value, "block_shape"):
+            value.block_shape = [nargs[meta] for meta in _DESCRIPTOR_BLOCKS.get(name, ("BLOCK_M", "BLOCK_N"))]
 
 
 def _configs(tiles, tma=False):
@@ -66,6 +86,10 @@ GLU_GEMM_CONFIGS = _configs(_GLU_TILES)
 GLU_TMA_CONFIGS = _configs(_GLU_TILES, tma=True)
 GLU_BWD_CONFIGS = _configs(_GLU_BWD_TILES)
 GLU_BWD_TMA_CONFIGS = _configs(_GLU_BWD_TILES, tma=True)
+LINEAR_CONFIGS = _configs(_LINEAR_TILES)
+LINEAR_TMA_CONFIGS = _configs(_LINEAR_TILES, tma=True)
+LINEAR_DGRAD_CONFIGS = _configs(_LINEAR_DGRAD_TILES)
+LINEAR_DGRAD_TMA_CONFIGS = _configs(_LINEAR_DGRAD_TILES, tma=True)
 # fp64 on GPU: no tensor cores and 8-byte elements; small tiles keep it out of local memory.
 FP64_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
 # The interpreter's cost is per program: larger tiles, one config.

@@ -33,33 +33,52 @@ def grouped_tile(tile_id, num_tiles_m, num_tiles_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
+def tile_indices(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """One program per output tile: int64 row and column indices, their masks, and the row-tile index."""
+    tile_m, tile_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    rows = tile_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tile_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    return rows, cols, rows < M, cols < N, tile_m
+
+
+@triton.jit
+def persistent_tile(tile_id, num_tiles_m, num_tiles_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    GROUP_M: tl.constexpr):
+    """Persistent kernels: (row-tile index, first row, first column) of the ``tile_id``-th tile.
+
+    Descriptor coordinates are int32, which is what TMA takes; the copy engine clips the tiles.
+    """
+    tile_m, tile_n = grouped_tile(tile_id, num_tiles_m, num_tiles_n, GROUP_M)
+    return tile_m, tile_m * BLOCK_M, tile_n * BLOCK_N
+
+
+@triton.jit
 def xwT_mainloop(
-    x_ptr, w_ptr,
+    x_ptr, wa_ptr, wb_ptr,
     rows, mask_rows,              # [BLOCK_M] int64 row indices of x, and which are in range
-    w_rows_a, w_rows_b, mask_w,   # [BLOCK_N] int64 row indices of W for the two accumulators
-    K, stride_xm, stride_xk, stride_wn, stride_wk,
+    w_rows, mask_w,               # [BLOCK_N] int64 row indices of Wa (and Wb), and which are in range
+    K, stride_xm, stride_xk, stride_wan, stride_wak, stride_wbn, stride_wbk,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    PAIRED: tl.constexpr,         # also accumulate x @ W[w_rows_b].T (GLU: both halves)
+    PAIRED: tl.constexpr,         # also accumulate x @ Wb[w_rows].T (GLU: both halves)
     ACC_DTYPE: tl.constexpr,      # fp32, or fp64 for fp64 inputs
     DOT_PRECISION: tl.constexpr,  # "ieee" or "tf32" (fp32 inputs only; ignored otherwise)
     UPCAST: tl.constexpr,         # interpreter: its bf16/fp16 dots are wrong or slow
 ):
-    """acc_a = x[rows] @ W[w_rows_a].T and, if PAIRED, acc_b = x[rows] @ W[w_rows_b].T.
+    """acc_a = x[rows] @ Wa[w_rows].T and, if PAIRED, acc_b = x[rows] @ Wb[w_rows].T.
 
     The x tile is loaded once per K step and feeds both dots: for a GLU this is the fusion
-    that reads x once for the two halves of the packed weight. Out-of-range rows and the K
-    tail are masked to zero, so any M, N, K works (no padding by the caller).
+    that reads x once for both weights. Out-of-range rows and the K tail are masked to zero,
+    so any M, N, K works (no padding by the caller). Any strides: a transposed weight view
+    (``W.T`` of a ``[K, N]`` matrix) is read in place.
     """
     tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16 on GPUs")
     offs_k = tl.arange(0, BLOCK_K)
     x_ptrs = x_ptr + rows[:, None] * stride_xm + offs_k[None, :] * stride_xk
     # W tiles are read as [BLOCK_K, BLOCK_N] (W transposed) so the dot needs no tl.trans.
-    wa_ptrs = w_ptr + w_rows_a[None, :] * stride_wn + offs_k[:, None] * stride_wk
-    wb_ptrs = w_ptr + w_rows_b[None, :] * stride_wn + offs_k[:, None] * stride_wk
+    wa_ptrs = wa_ptr + w_rows[None, :] * stride_wan + offs_k[:, None] * stride_wak
+    wb_ptrs = wb_ptr + w_rows[None, :] * stride_wbn + offs_k[:, None] * stride_wbk
     acc_a = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
     acc_b = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
-    step_x = BLOCK_K * stride_xk
-    step_w = BLOCK_K * stride_wk
     for k_start in range(0, K, BLOCK_K):
         mask_k = offs_k < K - k_start
         x_tile = tl.load(x_ptrs, mask=mask_rows[:, None] & mask_k[None, :], other=0.0)
@@ -73,35 +92,42 @@ def xwT_mainloop(
             if UPCAST:
                 wb_tile = wb_tile.to(tl.float32)
             acc_b = tl.dot(x_tile, wb_tile, acc_b, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
-            wb_ptrs += step_w
-        x_ptrs += step_x
-        wa_ptrs += step_w
+            wb_ptrs += BLOCK_K * stride_wbk
+        x_ptrs += BLOCK_K * stride_xk
+        wa_ptrs += BLOCK_K * stride_wak
     return acc_a, acc_b
 
 
 @triton.jit
 def xwT_mainloop_tma(
-    x_desc, wa_desc, wb_desc,     # descriptors of x [M, K] and of two row blocks of W, each [N, K]
+    x_desc, wa_desc, wb_desc,     # descriptors of x [M, K] and of Wa, Wb, each [N, K] (or [K, N]: W_KN)
     row_start, col_start, K,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     PAIRED: tl.constexpr, ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    W_KN: tl.constexpr,           # Wa is given as the row-major [K, N] matrix W.T (tiles [BLOCK_K, BLOCK_N])
 ):
     """acc_a = x[rows] @ Wa[cols].T and, if PAIRED, acc_b = x[rows] @ Wb[cols].T, via descriptors.
 
-    ``wa_desc`` / ``wb_desc`` describe separate row ranges of the weight (for a GLU the two
-    halves of the packed weight), so a tile past the end of one half reads zeros, not the
-    other half. Same contract as ``xwT_mainloop`` otherwise.
+    ``wa_desc`` / ``wb_desc`` describe separate weights or separate row ranges of one (for a
+    packed GLU weight, its two halves), so a tile past the end of one reads zeros, not the
+    other. ``W_KN`` (unpaired only) serves ``g @ W`` products, where the weight is stored
+    ``[K, N]``: its tiles are already the dot's right operand. Same contract as
+    ``xwT_mainloop`` otherwise.
     """
     tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16 on GPUs")
+    tl.static_assert(not (PAIRED and W_KN), "W_KN is for unpaired products")
     acc_a = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
     acc_b = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
     for k_start in range(0, K, BLOCK_K):
         x_tile = x_desc.load([row_start, k_start])
-        wa_tile = wa_desc.load([col_start, k_start])
+        if W_KN:
+            wa_tile = wa_desc.load([k_start, col_start])
+        else:
+            wa_tile = wa_desc.load([col_start, k_start]).T
         if UPCAST:
             x_tile = x_tile.to(tl.float32)
             wa_tile = wa_tile.to(tl.float32)
-        acc_a = tl.dot(x_tile, wa_tile.T, acc_a, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
+        acc_a = tl.dot(x_tile, wa_tile, acc_a, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
         if PAIRED:
             wb_tile = wb_desc.load([col_start, k_start])
             if UPCAST:

@@ -7,6 +7,7 @@ import math
 import torch
 from torch import nn
 
+from ..ops.activations import check_activation
 from ..ops.glu import geglu
 
 
@@ -16,17 +17,19 @@ class GEGLU(nn.Module):
     Parameters and state-dict keys are those of ``nn.Linear(in_features, 2 * out_features)``
     (``weight [2*out, in]``, ``bias [2*out]``), so checkpoints of such a layer load unchanged.
     ``recompute=True`` keeps only the input for the backward (memory-optimal); False also
-    keeps the pre-activation for a cheaper backward.
+    keeps the pre-activation for a cheaper backward. ``activation`` is the gate's activation
+    (``gelu_tanh`` by default; ``gelu`` for exact-erf GEGLU layers).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, recompute: bool = True,
-                 device=None, dtype=None):
+                 activation: str = "gelu_tanh", device=None, dtype=None):
         super().__init__()
         if in_features <= 0 or out_features <= 0:
             raise ValueError(f"in_features and out_features must be positive, got {in_features}, {out_features}")
         self.in_features = in_features
         self.out_features = out_features
         self.recompute = recompute
+        self.activation = check_activation(activation)
         factory = {"device": device, "dtype": dtype}
         self.weight = nn.Parameter(torch.empty((2 * out_features, in_features), **factory))
         self.bias = nn.Parameter(torch.empty(2 * out_features, **factory)) if bias else None
@@ -40,7 +43,7 @@ class GEGLU(nn.Module):
             nn.init.uniform_(self.bias, -bound, bound)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, recompute: bool = True) -> "GEGLU":
+    def from_linear(cls, linear: nn.Linear, recompute: bool = True, activation: str = "gelu_tanh") -> "GEGLU":
         """Wrap the packed weights of an existing ``nn.Linear(in, 2*out)`` (shared, not copied)."""
         if linear.out_features % 2:
             raise ValueError(f"linear.out_features must be even (2*out), got {linear.out_features}")
@@ -49,13 +52,14 @@ class GEGLU(nn.Module):
         layer.in_features = linear.in_features
         layer.out_features = linear.out_features // 2
         layer.recompute = recompute
+        layer.activation = check_activation(activation)
         layer.weight = linear.weight
         layer.bias = linear.bias
         return layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return geglu(x, self.weight, self.bias, recompute=self.recompute)
+        return geglu(x, self.weight, self.bias, recompute=self.recompute, activation=self.activation)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}, recompute={self.recompute}")
+                f"bias={self.bias is not None}, recompute={self.recompute}, activation={self.activation}")

@@ -1,6 +1,6 @@
-"""Host side of each fused op: validation, launch, autograd, torch.library registration, reference."""
+"""Host side of each fused op: validation, launch, autograd, torch.library registration, reference.
 
-from .activations import ACTIVATIONS, activation_grad_reference, activation_reference
-from .glu import geglu, geglu_reference
-
-__all__ = ["ACTIVATIONS", "activation_reference", "activation_grad_reference", "geglu", "geglu_reference"]
+One module per fused pattern (``glu``, ``linear_act``, ``swiglu``); the public functions are
+exported from the top-level ``fusedmlp`` package. (Not re-exported here: ``linear_act`` and
+``swiglu`` would shadow their own modules.)
+"""

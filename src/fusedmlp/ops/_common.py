@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 
 import torch
+import triton
 import triton.language as tl
 
 from ..kernels.configs import INTERPRET
@@ -118,3 +119,48 @@ def tma_eligible(*tensors: torch.Tensor) -> bool:
         if t.data_ptr() % 16 or (t.stride(0) * t.element_size()) % 16:
             return False
     return True
+
+
+def descriptor(t: torch.Tensor):
+    """A Hopper tensor descriptor of ``t``; the block shape is a placeholder that the config's
+    pre-hook replaces before launch (kernels/configs.py)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor.from_tensor(t, [16, 16])
+
+
+def persistent_grid(sms: int, m: int, n: int, block_m: str = "BLOCK_M", block_n: str = "BLOCK_N"):
+    """Grid of a persistent kernel over an [m, n] output: ``sms`` programs, at most one per tile."""
+    return lambda meta: (min(sms, triton.cdiv(m, meta[block_m]) * triton.cdiv(n, meta[block_n])),)
+
+
+# Backward passes walk the rows in chunks so that their largest transients (dh, dpre: one row
+# of N features per token) live one chunk at a time: up to BWD_MAX_CHUNKS chunks of at least
+# BWD_MIN_CHUNK_ROWS rows (GEMMs of that height still run at full speed).
+BWD_MAX_CHUNKS = 4
+BWD_MIN_CHUNK_ROWS = 4096
+
+
+def backward_row_chunks(m: int, block_m: int) -> list[tuple[int, int]]:
+    """(start, stop) row ranges; whole multiples of ``block_m`` (the kernels' row block) so
+    that each chunk's per-row-block partial sums line up, and slices stay aligned."""
+    rows = max(BWD_MIN_CHUNK_ROWS, triton.cdiv(m, BWD_MAX_CHUNKS))
+    rows = triton.cdiv(rows, block_m) * block_m
+    return [(start, min(start + rows, m)) for start in range(0, max(m, 1), rows)]
+
+
+def check_linear_inputs(x, weight, bias=None, *, x_name="x", weight_name="weight", bias_name="bias") -> None:
+    """Validate ``x [..., in]``, an nn.Linear-style ``weight [out, in]`` and ``bias [out]`` (or None)."""
+    check_tensor(x, x_name, min_ndim=1)
+    check_tensor(weight, weight_name, ndim=2)
+    if bias is not None:
+        check_tensor(bias, bias_name, ndim=1)
+    check_same_dtype_device(x_name, x, **{weight_name: weight, bias_name: bias})
+    out_features, in_features = weight.shape
+    if x.shape[-1] != in_features:
+        raise ValueError(
+            f"{x_name} has {x.shape[-1]} features in its last dimension but {weight_name} expects "
+            f"in={in_features} ({weight_name} shape {tuple(weight.shape)})"
+        )
+    if bias is not None and bias.shape[0] != out_features:
+        raise ValueError(f"{bias_name} must have {out_features} elements (rows of {weight_name}), got {bias.shape[0]}")

@@ -11,9 +11,16 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..kernels.activations import ACTIVATIONS
+from ..kernels.activations import ACTIVATIONS, DERIVATIVE_FROM_OUTPUT
 
-__all__ = ["ACTIVATIONS", "check_activation", "activation_reference", "activation_grad_reference"]
+__all__ = [
+    "ACTIVATIONS",
+    "DERIVATIVE_FROM_OUTPUT",
+    "check_activation",
+    "activation_reference",
+    "activation_grad_reference",
+    "activation_grad_from_output_reference",
+]
 
 
 def check_activation(name) -> str:
@@ -65,3 +72,16 @@ def activation_grad_reference(z: torch.Tensor, name: str) -> torch.Tensor:
         s = torch.sigmoid(z)
         return s * (1.0 + z * (1.0 - s))
     raise ValueError(f"unknown activation {name!r}")
+
+
+def activation_grad_from_output_reference(y: torch.Tensor, name: str) -> torch.Tensor:
+    """a'(z) from y = a(z), for the activations in DERIVATIVE_FROM_OUTPUT."""
+    if name == "identity":
+        return torch.ones_like(y)
+    if name == "relu":
+        return (y > 0).to(y.dtype)
+    if name == "squared_relu":
+        return 2.0 * torch.sqrt(torch.relu(y))
+    if name == "sigmoid":
+        return y * (1.0 - y)
+    raise ValueError(f"the derivative of {name!r} is not a function of its output")

@@ -1,27 +1,29 @@
-"""GEGLU projection: validation, kernel launch, autograd and the torch.library ops.
+"""Gated linear units: the shared GLU launch machinery, and the GEGLU projection op.
 
     fusedmlp.geglu(x, weight, bias=None, *, recompute=True)
         h = x @ weight.T + bias;  y = h[..., :out] * gelu_tanh(h[..., out:])
 
-``weight`` is the packed ``[2*out, in]`` weight of one ``nn.Linear(in, 2*out)``.
+``weight`` is the packed ``[2*out, in]`` weight of one ``nn.Linear(in, 2*out)``; its two row
+halves are the two weights of the generic GLU kernels (kernels/glu.py), which SwiGLU
+(ops/swiglu.py) drives with its separate gate and up projections.
 
 In eager mode the kernels run under an ``autograd.Function``. Under ``torch.compile`` the
-same implementations run as two torch.library custom ops, so ``fullgraph=True`` traces
-through them (fake implementations give shapes, the autograd formula is registered); the
-dispatcher round trip of a custom op costs tens of microseconds of host time per call, which
-eager mode does without:
+same implementations run as torch.library custom ops, so ``fullgraph=True`` traces through
+them (fake implementations give shapes, the autograd formula is registered); the dispatcher
+round trip of a custom op costs tens of microseconds of host time per call, which eager
+mode does without:
 
-    fusedmlp::geglu(x, weight, bias, store_h) -> (y, h)
+    fusedmlp::geglu(x, weight, bias, act, store_h) -> (y, h)
         h is the [M, 2*out] pre-activation if store_h, else an empty tensor.
-    fusedmlp::geglu_backward_dh(grad_y, x, weight, bias, h) -> (dh, db)
-        the fused elementwise backward: recomputes h from x when h is None; db in fp32
+    fusedmlp::glu_backward_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z) -> (dh, db, z)
+        the fused elementwise backward of any GLU (``glu_backward_dh_impl``); db in fp32
         (fp64 for fp64 inputs), for accumulation over row chunks.
 
 Backward memory modes: ``recompute=True`` saves only x (weight and bias are parameters) and
 recomputes h inside the backward kernel; ``recompute=False`` saves h too (2*out values per
 row), so the backward kernel only streams h and g. Then ``dW = dh.T @ x`` and
 ``dx = dh @ weight`` run on cuBLAS (through aten, so torch.compile sees them). The backward
-walks the rows in up to 4 chunks (``_backward_row_chunks``) so that only one chunk's dh
+walks the rows in up to 4 chunks (``backward_row_chunks``) so that only one chunk's dh
 exists at a time; dW accumulates over the chunks in its own dtype (one rounding per chunk),
 db in fp32.
 """
@@ -33,8 +35,6 @@ from typing import Optional
 import torch
 import triton
 
-from triton.tools.tensor_descriptor import TensorDescriptor
-
 from ..kernels.configs import (
     GLU_BWD_BLOCK_M,
     GLU_BWD_CONFIGS,
@@ -43,189 +43,223 @@ from ..kernels.configs import (
     GLU_TMA_CONFIGS,
     Launcher,
 )
-from ..kernels.glu import geglu_bwd_dh_kernel, geglu_bwd_dh_tma_kernel, geglu_fwd_kernel, geglu_fwd_tma_kernel
+from ..kernels.glu import glu_bwd_dh_kernel, glu_bwd_dh_tma_kernel, glu_fwd_kernel, glu_fwd_tma_kernel
 from ._common import (
     acc_dtypes,
     autotune_m_key,
-    check_same_dtype_device,
-    check_tensor,
+    backward_row_chunks,
+    check_linear_inputs,
+    descriptor,
     dot_meta,
     num_sms,
+    persistent_grid,
     tma_eligible,
     use_triton,
 )
-from .activations import activation_grad_reference, activation_reference
+from .activations import activation_grad_reference, activation_reference, check_activation
 
-__all__ = ["geglu", "geglu_reference"]
+__all__ = ["geglu", "geglu_reference", "glu_forward_impl", "glu_backward_dh_impl"]
 
-_TUNE_KEY = ["M_KEY", "OUT", "K", "HAS_BIAS"]
+_TUNE_KEY = ["M_KEY", "OUT", "K", "HAS_BIAS", "ACT"]
+_BWD_KEY = _TUNE_KEY + ["KG", "RECOMPUTE", "G_GEMM", "STORE_Z"]
 _BWD_FIXED = {"BLOCK_M": GLU_BWD_BLOCK_M}
-_fwd_launcher = Launcher(geglu_fwd_kernel, GLU_GEMM_CONFIGS, key=_TUNE_KEY + ["STORE_H"])
-_fwd_tma_launcher = Launcher(geglu_fwd_tma_kernel, GLU_TMA_CONFIGS, key=_TUNE_KEY + ["STORE_H"])
-_bwd_launcher = Launcher(geglu_bwd_dh_kernel, GLU_BWD_CONFIGS, key=_TUNE_KEY + ["RECOMPUTE"], fixed=_BWD_FIXED)
-_bwd_tma_launcher = Launcher(geglu_bwd_dh_tma_kernel, GLU_BWD_TMA_CONFIGS, key=_TUNE_KEY, fixed=_BWD_FIXED)
+_fwd_launcher = Launcher(glu_fwd_kernel, GLU_GEMM_CONFIGS, key=_TUNE_KEY + ["STORE_H"])
+_fwd_tma_launcher = Launcher(glu_fwd_tma_kernel, GLU_TMA_CONFIGS, key=_TUNE_KEY + ["STORE_H"])
+_bwd_launcher = Launcher(glu_bwd_dh_kernel, GLU_BWD_CONFIGS, key=_BWD_KEY, fixed=_BWD_FIXED)
+_bwd_tma_launcher = Launcher(glu_bwd_dh_tma_kernel, GLU_BWD_TMA_CONFIGS, key=_BWD_KEY, fixed=_BWD_FIXED)
 
 
 # --------------------------------------------------------------------------------------
 # Reference (float64 oracle in tests, and the CPU path without the Triton interpreter)
 # --------------------------------------------------------------------------------------
-def geglu_reference(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Plain PyTorch: ``x1 * gelu_tanh(x2)`` with ``[x1 | x2] = x @ weight.T + bias``."""
+def geglu_reference(
+    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, activation: str = "gelu_tanh"
+) -> torch.Tensor:
+    """Plain PyTorch: ``x1 * act(x2)`` with ``[x1 | x2] = x @ weight.T + bias`` (act = gelu_tanh by default)."""
     h = torch.nn.functional.linear(x, weight, bias)
     x1, x2 = h.chunk(2, dim=-1)
-    return x1 * activation_reference(x2, "gelu_tanh")
+    return x1 * activation_reference(x2, check_activation(activation))
 
 
-def _reference_dh(grad_y: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """dh = [g * t | g * x1 * t'] in the accumulator dtype (fp32, or fp64 for fp64 inputs)."""
-    x1, x2 = h.to(acc_dtypes(h.dtype)[1]).chunk(2, dim=-1)
-    g = grad_y.to(x1.dtype)
-    return torch.cat([g * activation_reference(x2, "gelu_tanh"), g * x1 * activation_grad_reference(x2, "gelu_tanh")], -1)
+def _glu_h_reference(x, w1, w2, b1, b2):
+    linear = torch.nn.functional.linear
+    return torch.cat([linear(x, w1, b1), linear(x, w2, b2)], dim=-1)
 
 
 # --------------------------------------------------------------------------------------
-# Kernel launches
+# Kernel launches: any GLU y = (x @ w1.T + b1) * act(x @ w2.T + b2)
 # --------------------------------------------------------------------------------------
-def _descriptor(t):
-    # The block shape is a placeholder: the config's pre-hook sets the real one before launch.
-    return TensorDescriptor.from_tensor(t, [16, 16])
+def _bias_or(bias, placeholder):
+    return bias if bias is not None else placeholder  # an unused pointer when HAS_BIAS is False
 
 
-def _persistent_grid(x, m, out):
-    sms = num_sms(x)
-    return lambda meta: (min(sms, triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(out, meta["BLOCK_N"])),)
-
-
-def _launch_fwd(x, weight, bias, store_h):
+def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
     m, k = x.shape
-    out = weight.shape[0] // 2
+    out = w1.shape[0]
     y = torch.empty((m, out), dtype=x.dtype, device=x.device)
     h = torch.empty((m, 2 * out) if store_h else (0,), dtype=x.dtype, device=x.device)
     if m == 0 or out == 0:
         return y, h
-    halves = (weight[:out], weight[out:]) + ((h[:, :out], h[:, out:]) if store_h else ())
-    if tma_eligible(x, y, *halves):
-        w1, w2 = halves[:2]
-        h1, h2 = halves[2:] if store_h else (y, y)
+    h_halves = (h[:, :out], h[:, out:]) if store_h else ()
+    common = dict(M=m, OUT=out, K=k, M_KEY=autotune_m_key(m), ACT=act, HAS_BIAS=b1 is not None, STORE_H=store_h)
+    if tma_eligible(x, y, w1, w2, *h_halves):
+        h1, h2 = h_halves if store_h else (y, y)
         _fwd_tma_launcher.launch(
-            _persistent_grid(x, m, out),
-            x_desc=_descriptor(x), w1_desc=_descriptor(w1), w2_desc=_descriptor(w2),
-            b_ptr=bias if bias is not None else y, y_desc=_descriptor(y),
-            h1_desc=_descriptor(h1), h2_desc=_descriptor(h2),
-            M=m, OUT=out, K=k, M_KEY=autotune_m_key(m), NUM_SMS=num_sms(x),
-            HAS_BIAS=bias is not None, STORE_H=store_h,
-            **dot_meta(x.dtype),
+            persistent_grid(num_sms(x), m, out),
+            x_desc=descriptor(x), w1_desc=descriptor(w1), w2_desc=descriptor(w2),
+            b1_ptr=_bias_or(b1, y), b2_ptr=_bias_or(b2, y), y_desc=descriptor(y),
+            h1_desc=descriptor(h1), h2_desc=descriptor(h2), NUM_SMS=num_sms(x),
+            **common, **dot_meta(x.dtype),
         )
         return y, h
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
     _fwd_launcher.launch(
         grid,
-        x, weight, bias if bias is not None else y, y, h if store_h else y,
-        m, out, k, autotune_m_key(m),
-        x.stride(0), x.stride(1), weight.stride(0), weight.stride(1), y.stride(0), h.stride(0) if store_h else 0,
-        HAS_BIAS=bias is not None, STORE_H=store_h,
-        **dot_meta(x.dtype),
-        fp64=x.dtype == torch.float64,
+        x, w1, w2, _bias_or(b1, y), _bias_or(b2, y), y, h if store_h else y,
+        stride_xm=x.stride(0), stride_xk=x.stride(1), stride_w1n=w1.stride(0), stride_w1k=w1.stride(1),
+        stride_w2n=w2.stride(0), stride_w2k=w2.stride(1), stride_ym=y.stride(0),
+        stride_hm=h.stride(0) if store_h else 0,
+        **common, **dot_meta(x.dtype), fp64=x.dtype == torch.float64,
     )
     return y, h
 
 
-def _launch_bwd_dh(grad_y, x, weight, bias, h):
+def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z):
     m, k = x.shape
-    out = weight.shape[0] // 2
-    recompute = h is None
+    out = w1.shape[0]
+    recompute, g_gemm = h is None, wd is not None
     acc_torch = acc_dtypes(x.dtype)[1]
     dh = torch.empty((m, 2 * out), dtype=x.dtype, device=x.device)
-    num_tiles_m = triton.cdiv(m, GLU_BWD_BLOCK_M)
-    db_partial = torch.empty((num_tiles_m, 2 * out) if bias is not None else (0,), dtype=acc_torch, device=x.device)
+    z = torch.empty((m, out) if store_z else (0,), dtype=x.dtype, device=x.device)
+    has_bias = b1 is not None
+    db_partial = torch.empty(
+        (triton.cdiv(m, GLU_BWD_BLOCK_M), 2 * out) if has_bias else (0,), dtype=acc_torch, device=x.device
+    )
     if m == 0 or out == 0:
-        db = torch.zeros((2 * out,) if bias is not None else (0,), dtype=acc_torch, device=x.device)
-        return dh, db
+        return dh, torch.zeros((2 * out,) if has_bias else (0,), dtype=acc_torch, device=x.device), z
     dh_halves = (dh[:, :out], dh[:, out:])
-    w_halves = (weight[:out], weight[out:])
-    if recompute and tma_eligible(x, grad_y, *w_halves, *dh_halves):
+    h_halves = () if recompute else (h[:, :out], h[:, out:])
+    g_operands = (g, wd) if g_gemm else (g,)
+    common = dict(
+        M=m, OUT=out, K=k, KG=g.shape[1], M_KEY=autotune_m_key(m),
+        ACT=act, HAS_BIAS=has_bias, RECOMPUTE=recompute, G_GEMM=g_gemm, STORE_Z=store_z,
+    )
+    # GEGLU's store mode (g and h both read) is a pure stream: the pointer kernel was faster at it.
+    if (recompute or g_gemm) and tma_eligible(x, w1, w2, *g_operands, *dh_halves, *h_halves, *((z,) if store_z else ())):
+        # descriptors the configuration does not read still need distinct objects of any valid shape
         _bwd_tma_launcher.launch(
-            _persistent_grid(x, m, out),
-            g_desc=_descriptor(grad_y), x_desc=_descriptor(x),
-            w1_desc=_descriptor(w_halves[0]), w2_desc=_descriptor(w_halves[1]),
-            b_ptr=bias if bias is not None else dh,
-            dh1_desc=_descriptor(dh_halves[0]), dh2_desc=_descriptor(dh_halves[1]),
-            db_partial_ptr=db_partial if bias is not None else dh,
-            M=m, OUT=out, K=k, M_KEY=autotune_m_key(m), NUM_SMS=num_sms(x),
-            HAS_BIAS=bias is not None,
-            **dot_meta(x.dtype),
+            persistent_grid(num_sms(x), m, out),
+            g_desc=descriptor(dh_halves[0] if g_gemm else g), gy_desc=descriptor(g if g_gemm else x),
+            wd_desc=descriptor(wd if g_gemm else w1), x_desc=descriptor(x),
+            w1_desc=descriptor(w1), w2_desc=descriptor(w2), b1_ptr=_bias_or(b1, dh), b2_ptr=_bias_or(b2, dh),
+            h1_desc=descriptor(h_halves[0] if h_halves else dh_halves[0]),
+            h2_desc=descriptor(h_halves[1] if h_halves else dh_halves[1]),
+            dh1_desc=descriptor(dh_halves[0]), dh2_desc=descriptor(dh_halves[1]),
+            z_desc=descriptor(z if store_z else dh_halves[0]),
+            db_partial_ptr=db_partial if has_bias else dh, NUM_SMS=num_sms(x),
+            **common, **dot_meta(x.dtype),
         )
     else:
-        _launch_bwd_dh_pointers(grad_y, x, weight, bias, h, dh, db_partial)
+        grid = lambda meta: (triton.cdiv(m, GLU_BWD_BLOCK_M) * triton.cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
+        wd_strides = (wd.stride(0), wd.stride(1)) if g_gemm else (0, 0)
+        _bwd_launcher.launch(
+            grid,
+            g, wd if g_gemm else dh, x, w1, w2, _bias_or(b1, dh), _bias_or(b2, dh), dh if recompute else h, dh,
+            z if store_z else dh, db_partial if has_bias else dh,
+            stride_gm=g.stride(0), stride_gn=g.stride(1), stride_wdk=wd_strides[0], stride_wdn=wd_strides[1],
+            stride_xm=x.stride(0), stride_xk=x.stride(1), stride_w1n=w1.stride(0), stride_w1k=w1.stride(1),
+            stride_w2n=w2.stride(0), stride_w2k=w2.stride(1), stride_hm=0 if recompute else h.stride(0),
+            stride_dhm=dh.stride(0), stride_zm=z.stride(0) if store_z else 0,
+            **common, **dot_meta(x.dtype), fp64=x.dtype == torch.float64,
+        )
     # Fixed-order reduction of the per-row-block partials: same bits on every run.
-    db = db_partial.sum(dim=0) if bias is not None else db_partial
-    return dh, db
-
-
-def _launch_bwd_dh_pointers(grad_y, x, weight, bias, h, dh, db_partial):
-    m, k = x.shape
-    out = weight.shape[0] // 2
-    recompute = h is None
-    grid = lambda meta: (triton.cdiv(m, GLU_BWD_BLOCK_M) * triton.cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
-    _bwd_launcher.launch(
-        grid,
-        grad_y, x, weight, bias if bias is not None else dh, dh if recompute else h, dh,
-        db_partial if bias is not None else dh,
-        m, out, k, autotune_m_key(m),
-        grad_y.stride(0), grad_y.stride(1), x.stride(0), x.stride(1), weight.stride(0), weight.stride(1),
-        0 if recompute else h.stride(0), dh.stride(0),
-        HAS_BIAS=bias is not None, RECOMPUTE=recompute,
-        **dot_meta(x.dtype),
-        fp64=x.dtype == torch.float64,
-    )
+    db = db_partial.sum(dim=0) if has_bias else db_partial
+    return dh, db, z
 
 
 # --------------------------------------------------------------------------------------
-# Implementations shared by both autograd paths (Triton when use_triton, else the reference)
+# Implementations shared by the GLU ops and both autograd paths (Triton or the reference)
 # --------------------------------------------------------------------------------------
-def _forward_impl(x, weight, bias, store_h):
-    """(y, h): h is the [M, 2*out] pre-activation if store_h, else an empty tensor."""
+def glu_forward_impl(x, w1, w2, b1, b2, act: str, store_h: bool):
+    """(y, h): y = (x @ w1.T + b1) * act(x @ w2.T + b2); h = [x1 | x2] ([M, 2*out]) if store_h,
+    else an empty tensor. x is 2-D; b1 and b2 are both given or both None."""
     if use_triton(x):
-        return _launch_fwd(x, weight, bias, store_h)
-    h = torch.nn.functional.linear(x, weight, bias)
+        return _launch_fwd(x, w1, w2, b1, b2, act, store_h)
+    h = _glu_h_reference(x, w1, w2, b1, b2)
     x1, x2 = h.chunk(2, dim=-1)
-    y = x1 * activation_reference(x2, "gelu_tanh")
+    y = x1 * activation_reference(x2, act)
     return y, (h if store_h else h.new_empty((0,)))
 
 
-def _backward_dh_impl(grad_y, x, weight, bias, h):
-    """(dh, db): the fused elementwise backward; db in the accumulator dtype."""
+def glu_backward_dh_impl(g, x, w1, w2, b1, b2, h, act: str, wd=None, store_z: bool = False):
+    """(dh, db, z): the fused elementwise backward of a GLU.
+
+    dh = [g * act(x2) | g * x1 * act'(x2)] ([M, 2*out], x's dtype), with h = [x1 | x2]
+    recomputed when ``h`` is None; g = ``g`` [M, out], or ``g @ wd`` when ``wd`` [KG, out] is
+    given (``g`` is then [M, KG]); db = dh.sum(0) in fp32 (fp64 for fp64 inputs), empty
+    without bias; z = x1 * act(x2) if ``store_z``, else empty.
+    """
     if use_triton(x):
-        return _launch_bwd_dh(grad_y, x, weight, bias, h)
+        return _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z)
+    acc = acc_dtypes(x.dtype)[1]
     if h is None:
-        h = torch.nn.functional.linear(x, weight, bias)
-    dh_acc = _reference_dh(grad_y, h)
-    db = dh_acc.sum(0) if bias is not None else dh_acc.new_empty((0,))
-    return dh_acc.to(x.dtype), db
+        h = _glu_h_reference(x, w1, w2, b1, b2)
+    x1, x2 = h.to(acc).chunk(2, dim=-1)
+    g = g.to(acc) @ wd.to(acc) if wd is not None else g.to(acc)
+    act_x2 = activation_reference(x2, act)
+    dh = torch.cat([g * act_x2, g * x1 * activation_grad_reference(x2, act)], dim=-1)
+    db = dh.sum(0) if b1 is not None else dh.new_empty((0,))
+    z = (x1 * act_x2).to(x.dtype) if store_z else x.new_empty((0,))
+    return dh.to(x.dtype), db, z
 
 
-# The backward runs in row chunks, so that its dh transient ([rows, 2*out], the largest
-# buffer of the backward) lives one chunk at a time: up to BWD_MAX_CHUNKS chunks of at least
-# BWD_MIN_CHUNK_ROWS rows (GEMMs of that height still run at full speed).
-BWD_MAX_CHUNKS = 4
-BWD_MIN_CHUNK_ROWS = 4096
+@torch.library.custom_op("fusedmlp::glu_backward_dh", mutates_args=())
+def _glu_backward_dh_op(
+    g: torch.Tensor, x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, b1: Optional[torch.Tensor],
+    b2: Optional[torch.Tensor], h: Optional[torch.Tensor], act: str, wd: Optional[torch.Tensor], store_z: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return glu_backward_dh_impl(g, x, w1, w2, b1, b2, h, act, wd, store_z)
 
 
-def _backward_row_chunks(m: int) -> list[tuple[int, int]]:
-    rows = max(BWD_MIN_CHUNK_ROWS, triton.cdiv(m, BWD_MAX_CHUNKS))
-    rows = triton.cdiv(rows, GLU_BWD_BLOCK_M) * GLU_BWD_BLOCK_M  # whole row blocks: aligned slices
-    return [(start, min(start + rows, m)) for start in range(0, max(m, 1), rows)]
+@_glu_backward_dh_op.register_fake
+def _(g, x, w1, w2, b1, b2, h, act, wd, store_z):
+    m, out = x.shape[0], w1.shape[0]
+    db = x.new_empty((2 * out,) if b1 is not None else (0,), dtype=acc_dtypes(x.dtype)[1])
+    return x.new_empty((m, 2 * out)), db, x.new_empty((m, out) if store_z else (0,))
 
 
-def _backward(grad_y, x, weight, bias, h, needs, backward_dh):
-    """(dx, dW, db) or None where ``needs`` says it is not wanted; ``backward_dh`` is the
-    elementwise kernel's entry (the custom op when traced, the implementation in eager)."""
+def glu_backward_dh(*args, **kwargs):
+    """``glu_backward_dh_impl`` in eager mode; its custom op (opaque to the tracer) under torch.compile."""
+    if torch.compiler.is_compiling():
+        return torch.ops.fusedmlp.glu_backward_dh(*args, **kwargs)
+    return glu_backward_dh_impl(*args, **kwargs)
+
+
+# --------------------------------------------------------------------------------------
+# GEGLU: the packed weight's halves are the two GLU weights
+# --------------------------------------------------------------------------------------
+def _halves(t, out):
+    return (None, None) if t is None else (t[:out], t[out:])
+
+
+def _geglu_forward_impl(x, weight, bias, act, store_h):
+    out = weight.shape[0] // 2
+    return glu_forward_impl(x, *_halves(weight, out), *_halves(bias, out), act, store_h)
+
+
+def _backward(grad_y, x, weight, bias, h, act, needs):
+    """(dx, dW, db) or None where ``needs`` says it is not wanted, walking the rows in chunks
+    (``backward_row_chunks``) so that only one chunk's dh exists at a time."""
     needs_x, needs_w, needs_b = needs
+    out = weight.shape[0] // 2
     grad_x = x.new_empty(x.shape) if needs_x else None
     grad_w = db = None
-    for start, stop in _backward_row_chunks(x.shape[0]):
+    for start, stop in backward_row_chunks(x.shape[0], GLU_BWD_BLOCK_M):
         rows = slice(start, stop)
-        dh, db_rows = backward_dh(grad_y[rows], x[rows], weight, bias, None if h is None else h[rows])
+        dh, db_rows, _ = glu_backward_dh(
+            grad_y[rows], x[rows], *_halves(weight, out), *_halves(bias, out),
+            None if h is None else h[rows], act, None, False,
+        )
         if needs_x:
             torch.mm(dh, weight, out=grad_x[rows])
         if needs_w:  # one packed [2*out, in] tensor, accumulated over the chunks in a fixed order
@@ -242,8 +276,9 @@ def _backward(grad_y, x, weight, bias, h, needs, backward_dh):
 # --------------------------------------------------------------------------------------
 class _GEGLUFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, store_h):
-        y, h = _forward_impl(x, weight, bias, store_h)
+    def forward(ctx, x, weight, bias, act, store_h):
+        y, h = _geglu_forward_impl(x, weight, bias, act, store_h)
+        ctx.act = act
         # recompute mode saves x only (weight and bias are the layer's parameters, not activations)
         ctx.save_for_backward(x, weight, bias, h if store_h else None)
         return y
@@ -251,8 +286,8 @@ class _GEGLUFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y):
         x, weight, bias, h = ctx.saved_tensors
-        grads = _backward(grad_y, x, weight, bias, h, ctx.needs_input_grad[:3], _backward_dh_impl)
-        return (*grads, None)
+        grads = _backward(grad_y, x, weight, bias, h, ctx.act, ctx.needs_input_grad[:3])
+        return (*grads, None, None)
 
 
 # --------------------------------------------------------------------------------------
@@ -260,49 +295,34 @@ class _GEGLUFunction(torch.autograd.Function):
 # --------------------------------------------------------------------------------------
 @torch.library.custom_op("fusedmlp::geglu", mutates_args=())
 def _geglu_op(
-    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], store_h: bool
+    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], act: str, store_h: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return _forward_impl(x, weight, bias, store_h)
+    return _geglu_forward_impl(x, weight, bias, act, store_h)
 
 
 @_geglu_op.register_fake
-def _(x, weight, bias, store_h):
+def _(x, weight, bias, act, store_h):
     m = x.shape[0]
     out = weight.shape[0] // 2
     return x.new_empty((m, out)), x.new_empty((m, 2 * out) if store_h else (0,))
 
 
-@torch.library.custom_op("fusedmlp::geglu_backward_dh", mutates_args=())
-def _geglu_backward_dh_op(
-    grad_y: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-    h: Optional[torch.Tensor],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return _backward_dh_impl(grad_y, x, weight, bias, h)
-
-
-@_geglu_backward_dh_op.register_fake
-def _(grad_y, x, weight, bias, h):
-    m = x.shape[0]
-    two_out = weight.shape[0]
-    db = x.new_empty((two_out,) if bias is not None else (0,), dtype=acc_dtypes(x.dtype)[1])
-    return x.new_empty((m, two_out)), db
-
-
 def _geglu_setup_context(ctx, inputs, output):
-    x, weight, bias, store_h = inputs
+    x, weight, bias, act, store_h = inputs
     _, h = output
     # h is an internal output that never receives a gradient: without this, autograd would
     # materialise a zero [M, 2*out] grad_h for it in every backward.
     ctx.set_materialize_grads(False)
     ctx.save_for_backward(x, weight, bias, h if store_h else None)
+    ctx.act = act
 
 
 def _geglu_op_backward(ctx, grad_y, grad_h):
     x, weight, bias, h = ctx.saved_tensors
     if grad_y is None:  # y did not reach the loss
-        return None, None, None, None
-    grads = _backward(grad_y, x, weight, bias, h, ctx.needs_input_grad[:3], torch.ops.fusedmlp.geglu_backward_dh)
-    return (*grads, None)
+        return None, None, None, None, None
+    grads = _backward(grad_y, x, weight, bias, h, ctx.act, ctx.needs_input_grad[:3])
+    return (*grads, None, None)
 
 
 torch.library.register_autograd("fusedmlp::geglu", _geglu_op_backward, setup_context=_geglu_setup_context)
@@ -312,27 +332,16 @@ torch.library.register_autograd("fusedmlp::geglu", _geglu_op_backward, setup_con
 # Public entry point
 # --------------------------------------------------------------------------------------
 def _validate(x, weight, bias) -> None:
-    check_tensor(x, "x", min_ndim=1)
-    check_tensor(weight, "weight", ndim=2)
-    if bias is not None:
-        check_tensor(bias, "bias", ndim=1)
-    check_same_dtype_device("x", x, weight=weight, bias=bias)
-    two_out, in_features = weight.shape
-    if two_out % 2 != 0:
+    check_linear_inputs(x, weight, bias)
+    if weight.shape[0] % 2 != 0:
         raise ValueError(
             f"weight must be the packed [2*out, in] GEGLU weight (an even number of rows), got shape {tuple(weight.shape)}"
         )
-    if x.shape[-1] != in_features:
-        raise ValueError(
-            f"x has {x.shape[-1]} features in its last dimension but weight expects in={in_features} "
-            f"(weight shape {tuple(weight.shape)})"
-        )
-    if bias is not None and bias.shape[0] != two_out:
-        raise ValueError(f"bias must have 2*out = {two_out} elements, got {bias.shape[0]}")
 
 
 def geglu(
-    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, *, recompute: bool = True
+    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, *, recompute: bool = True,
+    activation: str = "gelu_tanh",
 ) -> torch.Tensor:
     """Fused GEGLU projection: ``x1 * gelu_tanh(x2)`` with ``[x1 | x2] = x @ weight.T + bias``.
 
@@ -344,18 +353,22 @@ def geglu(
         recompute: True (default) saves only ``x`` for the backward and recomputes the
             pre-activation there; False also saves it (``[..., 2*out]``), trading memory for
             a cheaper backward.
+        activation: the gate's activation, ``gelu_tanh`` (default, GEGLU as specified) or any
+            other of ``fusedmlp.ACTIVATIONS`` (e.g. ``gelu`` for the exact-erf GEGLU of some
+            models; ``silu`` gives a packed SwiGLU projection).
 
     Returns:
         ``[..., out]`` tensor of x's dtype.
     """
     _validate(x, weight, bias)
+    act = check_activation(activation)
     if not isinstance(recompute, bool):
         raise TypeError(f"recompute must be a bool, got {type(recompute).__name__}")
     in_features = weight.shape[1]
     out = weight.shape[0] // 2
     x2d = x.reshape(-1, in_features)  # a view whenever the leading dims allow it
     if torch.compiler.is_compiling():
-        y, _ = torch.ops.fusedmlp.geglu(x2d, weight, bias, not recompute)
+        y, _ = torch.ops.fusedmlp.geglu(x2d, weight, bias, act, not recompute)
     else:  # eager: the custom op's dispatch costs tens of microseconds of host time per call
-        y = _GEGLUFunction.apply(x2d, weight, bias, not recompute)
+        y = _GEGLUFunction.apply(x2d, weight, bias, act, not recompute)
     return y.reshape(*x.shape[:-1], out)

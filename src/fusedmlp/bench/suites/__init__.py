@@ -1,3 +1,7 @@
-"""One module per fused op: ``NAME``, ``run_gpu``, ``summary_table``, ``run_cpu_check``."""
+"""One module per fused op: ``NAME``, ``SHAPE_PRESETS``, ``run_gpu``, ``summary_table``, ``run_cpu_check``."""
 
-SUITES = {"geglu": "fusedmlp.bench.suites.glu"}
+SUITES = {
+    "geglu": "fusedmlp.bench.suites.glu",
+    "linear_act": "fusedmlp.bench.suites.linear_act",
+    "swiglu": "fusedmlp.bench.suites.swiglu",
+}

@@ -25,9 +25,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..harness import Measurement, median_ms, peak_mib_above_current, progress
+from ..harness import Measurement, run_suite
+from ..harness import summary_table as harness_summary_table
 
 NAME = "geglu"
+SHAPE_FIELDS = ("d", "N")
 SHAPE_PRESETS = {
     # the anchor shapes of DESIGN.md plus one long-N shape
     "default": [(1024, 8192), (2048, 16384), (4096, 8192), (1024, 32768)],
@@ -96,104 +98,43 @@ def _forward_fn(impl: str):
     raise ValueError(impl)
 
 
-def _measure_impl(impl, forward, mode, x, w, b, g, n, d):
-    """(ms, peak MiB, extra) of one implementation (``forward``, None for gemm) in one mode."""
-    extra = {}
-    if impl == "gemm":
-        dh = torch.randn(n, 8 * d, device=x.device, dtype=x.dtype)
-        xd, wd = x.detach(), w.detach()
-        steps = {
-            "fwd": lambda: torch.mm(xd, wd.t()),
-            "bwd": lambda: (torch.mm(dh, wd), torch.mm(dh.t(), xd)),
-            "fwd+bwd": lambda: (torch.mm(xd, wd.t()), torch.mm(dh, wd), torch.mm(dh.t(), xd)),
-        }
-        fn = steps[mode]
-        fn()
-        return median_ms(fn), peak_mib_above_current(fn), extra
-    inputs = (x, w, b)
-    if mode == "fwd":
-        fn = lambda: forward(x, w, b)  # noqa: E731
-        for _ in range(2):
-            fn()
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated()
-        y = forward(x, w, b)
-        torch.cuda.synchronize()
-        retained = torch.cuda.memory_allocated() - before
-        extra["act_nd"] = (x.numel() * x.element_size() + retained) / (n * d * x.element_size())
-        del y
-        return median_ms(fn), peak_mib_above_current(fn), extra
-    if mode == "fwd+bwd":
-        fn = lambda: torch.autograd.grad(forward(x, w, b), inputs, g)  # noqa: E731
-        for _ in range(2):
-            fn()
-        return median_ms(fn), peak_mib_above_current(fn), extra
-    # bwd: the backward of one kept forward graph
-    y = forward(x, w, b)
-    fn = lambda: torch.autograd.grad(y, inputs, g, retain_graph=True)  # noqa: E731
-    for _ in range(2):
-        fn()
-    return median_ms(fn), peak_mib_above_current(fn), extra
+def _make_inputs(shape, dtype):
+    d, n = shape
+    x = torch.randn(n, d, device="cuda", dtype=dtype, requires_grad=True)
+    w = (torch.randn(8 * d, d, device="cuda") / d**0.5).to(dtype).requires_grad_()
+    b = torch.randn(8 * d, device="cuda", dtype=dtype, requires_grad=True)
+    g = torch.randn(n, 4 * d, device="cuda", dtype=dtype)
+    return (x, w, b), g
+
+
+def _gemm_steps(inputs, g):
+    """The bare cuBLAS GEMMs: fwd x @ W.T; bwd dh @ W and dh.T @ x; fwd+bwd all three."""
+    x, w = inputs[0].detach(), inputs[1].detach()
+    dh = torch.randn(x.shape[0], w.shape[0], device=x.device, dtype=x.dtype)
+    return {
+        "fwd": lambda: torch.mm(x, w.t()),
+        "bwd": lambda: (torch.mm(dh, w), torch.mm(dh.t(), x)),
+        "fwd+bwd": lambda: (torch.mm(x, w.t()), torch.mm(dh, w), torch.mm(dh.t(), x)),
+    }
 
 
 def run_gpu(shapes, dtype, impls, modes, on_shape_done=None) -> list[Measurement]:
     """Every (shape, impl, mode); ``on_shape_done(rows)`` after each shape (to save partial results)."""
-    rows = []
-    bar = progress(len(shapes) * len(impls) * len(modes), "bench geglu")
-    for d, n in shapes:
-        torch._dynamo.reset()  # each shape compiles afresh; no recompile limit in the way
-        x = torch.randn(n, d, device="cuda", dtype=dtype, requires_grad=True)
-        w = (torch.randn(8 * d, d, device="cuda") / d**0.5).to(dtype).requires_grad_()
-        b = torch.randn(8 * d, device="cuda", dtype=dtype, requires_grad=True)
-        g = torch.randn(n, 4 * d, device="cuda", dtype=dtype)
-        # one function per impl and shape, so torch.compile compiles each graph once per shape
-        forwards = {impl: (None if impl == "gemm" else _forward_fn(impl)) for impl in impls}
-        for impl in impls:
-            for mode in modes:
-                bar.set_postfix_str(f"d={d} N={n} {impl} {mode}")
-                row = Measurement(NAME, {"d": d, "N": n}, str(dtype).replace("torch.", ""), impl, mode)
-                try:
-                    ms, peak, extra = _measure_impl(impl, forwards[impl], mode, x, w, b, g, n, d)
-                    gemms = {"fwd": 1, "bwd": 2, "fwd+bwd": 3}[mode]
-                    row.ms, row.peak_mib, row.extra = ms, peak, extra
-                    row.tflops = gemms * _gemm_flops(n, d) / (ms * 1e-3) / 1e12
-                except Exception as exc:  # a peer failing must not lose the other figures
-                    row.note = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                rows.append(row)
-                torch.cuda.empty_cache()
-                bar.update()
-        del x, w, b, g
-        if on_shape_done is not None:
-            on_shape_done(rows)
-    bar.close()
+    rows = run_suite(NAME, shapes, SHAPE_FIELDS, dtype, impls, modes, _make_inputs, _forward_fn, _gemm_steps,
+                     {"fwd": 1, "bwd": 2, "fwd+bwd": 3}, lambda shape: _gemm_flops(shape[1], shape[0]),
+                     on_shape_done)
+    for row in rows:  # the forward's activation footprint in units of N*d elements (x + retained)
+        retained = row.extra.pop("retained_bytes", None)
+        if retained is not None:
+            n_d, elem = row.shape["N"] * row.shape["d"], torch.empty((), dtype=dtype).element_size()
+            row.extra["act_nd"] = (n_d * elem + retained) / (n_d * elem)
     return rows
 
 
 def summary_table(rows: list[Measurement]):
     """Headers and rows: one line per (shape, mode): ms per impl, ratios to the GEMM floor
     and of each fused mode to each peer that ran (below 1 = fused is faster), peak MiB."""
-    impls = [i for i in IMPLS if any(r.impl == i for r in rows)]
-    fused = [i for i in impls if i.startswith("fused")]
-    peers = [i for i in impls if i in PEERS]
-    keys = list(dict.fromkeys((r.shape["d"], r.shape["N"], r.mode) for r in rows))
-    lookup = {(r.shape["d"], r.shape["N"], r.mode, r.impl): r.ms for r in rows}
-    peaks = {(r.shape["d"], r.shape["N"], r.mode, r.impl): r.peak_mib for r in rows}
-    ratio = lambda a, b: (a / b) if (a is not None and b) else None  # noqa: E731
-    headers = ["d", "N", "mode"] + [f"{i} ms" for i in impls]
-    if "gemm" in impls:
-        headers += [f"{i}/gemm" for i in impls if i != "gemm"]
-    headers += [f"{f}/{p}" for f in fused for p in peers]
-    headers += [f"{i} MiB" for i in impls if i != "gemm"]
-    table = []
-    for d, n, mode in keys:
-        ms = {i: lookup.get((d, n, mode, i)) for i in impls}
-        line = [d, n, mode] + [ms[i] for i in impls]
-        if "gemm" in impls:
-            line += [ratio(ms[i], ms["gemm"]) for i in impls if i != "gemm"]
-        line += [ratio(ms[f], ms[p]) for f in fused for p in peers]
-        line += [peaks.get((d, n, mode, i)) for i in impls if i != "gemm"]
-        table.append(line)
-    return headers, table
+    return harness_summary_table(rows, IMPLS, PEERS)
 
 
 def run_cpu_check(dtype) -> tuple[list[str], list[list]]:

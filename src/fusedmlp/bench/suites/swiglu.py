@@ -1,0 +1,129 @@
+"""Bench suite ``swiglu``: the fused SwiGLU feed-forward (LLaMA MLP) against its peers.
+
+Shapes are (tokens, d, hidden). Implementations, side by side in one run on one device:
+    fused            fusedmlp.swiglu(recompute=False): keeps h = [up | gate]
+    fused_recompute  fusedmlp.swiglu(recompute=True): keeps x only
+    eager            down(silu(gate(x)) * up(x)) with F.linear / F.silu, PyTorch eager
+    compile          the same function under torch.compile (default mode)
+    compile_max      torch.compile(mode="max-autotune") (only with --max-autotune)
+    liger            Liger-Kernel's SwiGLU MLP path when installed: three linears around its
+                     fused SiLU-mul kernel
+    gemm             the bare cuBLAS GEMMs: fwd 3 (gate, up, down), bwd 6, fwd+bwd 9
+
+TFLOP/s counts the model's GEMM work (2 * tokens * d * hidden per GEMM).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..harness import Measurement, run_suite
+from ..harness import summary_table as harness_summary_table
+
+NAME = "swiglu"
+SHAPE_FIELDS = ("tokens", "d", "hidden")
+SHAPE_PRESETS = {
+    # the seed's FFN (d=512, hidden=1792, (B, L) = (8, 2048)) and a LLaMA-8B-sized FFN
+    "default": [(16384, 512, 1792), (16384, 4096, 14336)],
+    "full": [(t, d, h) for t in (4096, 16384, 65536) for d, h in ((512, 1792), (2048, 5632), (4096, 14336))],
+}
+DEFAULT_SHAPES = SHAPE_PRESETS["default"]
+IMPLS = ("fused", "fused_recompute", "eager", "compile", "compile_max", "liger", "gemm")
+PEERS = ("eager", "compile", "compile_max", "liger")
+MODES = ("fwd", "bwd", "fwd+bwd")
+
+
+def liger_available() -> bool:
+    try:
+        import liger_kernel.ops.swiglu  # noqa: F401
+    except Exception:  # ImportError, or a broken install of a peer: leave it out
+        return False
+    return True
+
+
+def default_impls(max_autotune: bool = False) -> list[str]:
+    impls = [i for i in IMPLS if i not in ("compile_max", "liger")]
+    if max_autotune:
+        impls.insert(impls.index("compile") + 1, "compile_max")
+    if liger_available():
+        impls.insert(impls.index("gemm"), "liger")
+    return impls
+
+
+def eager_swiglu(x, w_gate, w_up, w_down):
+    return F.linear(F.silu(F.linear(x, w_gate)) * F.linear(x, w_up), w_down)
+
+
+def liger_swiglu(x, w_gate, w_up, w_down):
+    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+
+    return F.linear(LigerSiLUMulFunction.apply(F.linear(x, w_gate), F.linear(x, w_up)), w_down)
+
+
+def _forward_fn(impl: str):
+    from ...ops.swiglu import swiglu
+
+    if impl in ("fused", "fused_recompute"):
+        recompute = impl == "fused_recompute"
+        return lambda x, wg, wu, wd: swiglu(x, wg, wu, wd, recompute=recompute)
+    if impl == "eager":
+        return eager_swiglu
+    if impl in ("compile", "compile_max"):
+        return torch.compile(eager_swiglu, dynamic=False, mode="max-autotune" if impl == "compile_max" else None)
+    if impl == "liger":
+        return liger_swiglu
+    raise ValueError(impl)
+
+
+def _make_inputs(shape, dtype):
+    tokens, d, hidden = shape
+    x = torch.randn(tokens, d, device="cuda", dtype=dtype, requires_grad=True)
+    weights = [(torch.randn(o, i, device="cuda") / i**0.5).to(dtype).requires_grad_()
+               for o, i in ((hidden, d), (hidden, d), (d, hidden))]
+    return (x, *weights), torch.randn(tokens, d, device="cuda", dtype=dtype)
+
+
+def _gemm_steps(inputs, g):
+    x, wg, wu, wd = (t.detach() for t in inputs)
+    z = torch.randn(x.shape[0], wg.shape[0], device=x.device, dtype=x.dtype)
+
+    def fwd():
+        return torch.mm(x, wg.t()), torch.mm(x, wu.t()), torch.mm(z, wd.t())
+
+    def bwd():
+        return (torch.mm(g, wd), torch.mm(g.t(), z), torch.mm(z, wg), torch.mm(z, wu),
+                torch.mm(z.t(), x), torch.mm(z.t(), x))
+
+    return {"fwd": fwd, "bwd": bwd, "fwd+bwd": lambda: (fwd(), bwd())}
+
+
+def run_gpu(shapes, dtype, impls, modes, on_shape_done=None) -> list[Measurement]:
+    return run_suite(NAME, shapes, SHAPE_FIELDS, dtype, impls, modes, _make_inputs, _forward_fn, _gemm_steps,
+                     {"fwd": 3, "bwd": 6, "fwd+bwd": 9}, lambda s: 2.0 * s[0] * s[1] * s[2], on_shape_done)
+
+
+def summary_table(rows: list[Measurement]):
+    return harness_summary_table(rows, IMPLS, PEERS)
+
+
+def run_cpu_check(dtype):
+    """No GPU: a small interpreted run against the float64 reference (no timings)."""
+    from ...ops.swiglu import swiglu, swiglu_reference
+
+    headers = ["dtype", "recompute", "err y", "err dx", "err dW_gate", "err dW_up", "err dW_down"]
+    tensors64 = [torch.randn(96, 48, dtype=torch.float64)] + [
+        torch.randn(o, i, dtype=torch.float64) / i**0.5 for o, i in ((80, 48), (80, 48), (48, 80))]
+    g64 = torch.randn(96, 48, dtype=torch.float64)
+    ref = [t.clone().requires_grad_() for t in tensors64]
+    y_ref = swiglu_reference(*ref)
+    y_ref.backward(g64)
+    err = lambda a, r: ((a.double() - r).norm() / r.norm()).item()  # noqa: E731
+    table = []
+    for recompute in (False, True):
+        leaves = [t.to(dtype).requires_grad_() for t in tensors64]
+        y = swiglu(*leaves, recompute=recompute)
+        y.backward(g64.to(dtype))
+        table.append([str(dtype).replace("torch.", ""), recompute, err(y, y_ref)]
+                     + [err(t.grad, r.grad) for t, r in zip(leaves, ref)])
+    return headers, table

@@ -1,0 +1,193 @@
+"""Fused Linear + bias + activation: the forward GEMM with its epilogue, and the fused dgrad.
+
+With ``x [M, K]``, ``W [N, K]`` (an ``nn.Linear(K, N)`` weight) and optional ``b [N]``:
+
+    pre = x @ W.T + b,   y = act(pre)                                                   [M, N]
+
+Forward: ``x @ W.T`` through the shared main loop, then bias and activation on the tile in
+registers; ``pre`` is written only when the caller saves it for the backward.
+
+Backward, with g = dL/dy:
+
+    dpre = g * act'(pre)      dx = dpre @ W  [M, K]      dW = dpre.T @ x      db = dpre.sum(0)
+
+``linear_act_dgrad_kernel`` computes ``dx`` with ``dpre`` formed on the tile inside its main
+loop: each step loads a ``[BLOCK_M, BLOCK_N]`` tile of g and of the saved activation (``pre``,
+or the output ``y`` for activations whose derivative is a function of it), multiplies in
+act' in registers and feeds the product straight to the tensor cores against a
+``[BLOCK_N, BLOCK_K]`` tile of W. There is no separate elementwise kernel and no
+``g * act'(pre)`` round trip before the GEMM. The programs of the first K tile
+(``tile_k == 0``) also write each dpre tile they form (``STORE_DPRE``: the input of the weight
+gradient, which the host runs on cuBLAS) and its column sums per row block (the db
+partials, reduced on the host in a fixed order: deterministic, no atomics). Without
+``COMPUTE_DX`` (x needs no gradient) there is one K tile per row block and the kernel is
+only that stream.
+
+Two forms as everywhere: plain pointers (any strides; interpreter, fp32/fp64, pre-Hopper) and
+persistent tensor-descriptor kernels for aligned 16-bit data on Hopper.
+"""
+
+import triton
+import triton.language as tl
+
+from .activations import activation, activation_grad
+from .gemm import grouped_tile, persistent_tile, tile_indices, xwT_mainloop, xwT_mainloop_tma
+
+
+@triton.jit
+def _bias_act_epilogue(acc, b_ptr, cols, mask_cols, ACT: tl.constexpr, HAS_BIAS: tl.constexpr, ACC_DTYPE: tl.constexpr):
+    """(pre, act(pre)) from the accumulator tile."""
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + cols, mask=mask_cols, other=0.0).to(ACC_DTYPE)[None, :]
+    return acc, activation(acc, ACT)
+
+
+@triton.jit
+def linear_act_fwd_kernel(
+    x_ptr, w_ptr, b_ptr, y_ptr, pre_ptr,
+    M, N, K, M_KEY,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_pm,
+    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_PRE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """y[M, N] = act(x @ W.T + b); also pre[M, N] if STORE_PRE. y, pre: unit column stride."""
+    rows, cols, mask_rows, mask_cols, _ = tile_indices(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    acc, _ = xwT_mainloop(
+        x_ptr, w_ptr, w_ptr, rows, mask_rows, cols, mask_cols,
+        K, stride_xm, stride_xk, stride_wn, stride_wk, stride_wn, stride_wk,
+        BLOCK_M, BLOCK_N, BLOCK_K, False, ACC_DTYPE, DOT_PRECISION, UPCAST,
+    )
+    pre, y = _bias_act_epilogue(acc, b_ptr, cols, mask_cols, ACT, HAS_BIAS, ACC_DTYPE)
+    mask = mask_rows[:, None] & mask_cols[None, :]
+    if STORE_PRE:
+        tl.store(pre_ptr + rows[:, None] * stride_pm + cols[None, :], pre.to(pre_ptr.dtype.element_ty), mask=mask)
+    tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def linear_act_fwd_tma_kernel(
+    x_desc, w_desc, b_ptr, y_desc, pre_desc,
+    M, N, K, M_KEY, NUM_SMS,
+    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_PRE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """``linear_act_fwd_kernel`` on tensor descriptors, persistent over NUM_SMS programs."""
+    num_tiles_m = tl.cdiv(M, BLOCK_M)
+    num_tiles_n = tl.cdiv(N, BLOCK_N)
+    for tile_id in tl.range(tl.program_id(0), num_tiles_m * num_tiles_n, NUM_SMS):
+        _, row_start, col_start = persistent_tile(tile_id, num_tiles_m, num_tiles_n, BLOCK_M, BLOCK_N, GROUP_M)
+        acc, _ = xwT_mainloop_tma(
+            x_desc, w_desc, w_desc, row_start, col_start, K,
+            BLOCK_M, BLOCK_N, BLOCK_K, False, ACC_DTYPE, DOT_PRECISION, UPCAST, False,
+        )
+        cols = col_start + tl.arange(0, BLOCK_N)
+        pre, y = _bias_act_epilogue(acc, b_ptr, cols, cols < N, ACT, HAS_BIAS, ACC_DTYPE)
+        if STORE_PRE:
+            pre_desc.store([row_start, col_start], pre.to(pre_desc.dtype))
+        y_desc.store([row_start, col_start], y.to(y_desc.dtype))
+
+
+@triton.jit
+def _dpre_side_outputs(dpre, dpre_ptrs, mask, db_partial_ptr, tile_m, offs_n, mask_n, N,
+                       HAS_BIAS: tl.constexpr, STORE_DPRE: tl.constexpr):
+    """The first K tile's extra work: write the dpre tile and its column sums (db partials)."""
+    if STORE_DPRE:
+        tl.store(dpre_ptrs, dpre.to(dpre_ptrs.dtype.element_ty), mask=mask)
+    if HAS_BIAS:
+        tl.store(db_partial_ptr + tile_m.to(tl.int64) * N + offs_n, tl.sum(dpre, axis=0), mask=mask_n)
+
+
+@triton.jit
+def linear_act_dgrad_kernel(
+    g_ptr, a_ptr, w_ptr, dx_ptr, dpre_ptr, db_partial_ptr,
+    M, N, K, M_KEY,
+    stride_gm, stride_gn, stride_am, stride_an, stride_wn, stride_wk, stride_dxm, stride_dpm,
+    ACT: tl.constexpr, FROM_OUTPUT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_DPRE: tl.constexpr,
+    COMPUTE_DX: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """dx[M, K] = (g * act'(a)) @ W, with ``a`` = pre (or y if FROM_OUTPUT); first-K-tile side outputs.
+
+    The output tile is (rows, K columns); the loop runs over N, the reduction dimension.
+    ``db_partial`` is ``[cdiv(M, BLOCK_M), N]`` in the accumulator dtype. Rows past M and
+    columns past N load g = 0, so they add nothing to dx or the partials.
+    """
+    if COMPUTE_DX:
+        num_tiles_k = tl.cdiv(K, BLOCK_K)
+    else:
+        num_tiles_k = 1
+    tile_m, tile_k = grouped_tile(tl.program_id(0), tl.cdiv(M, BLOCK_M), num_tiles_k, GROUP_M)
+    rows = tile_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols_k = tile_k.to(tl.int64) * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask_rows = rows < M
+    mask_k = cols_k < K
+    first_k_tile = tile_k == 0
+    acc = tl.zeros((BLOCK_M, BLOCK_K), dtype=ACC_DTYPE)
+    for n_start in range(0, N, BLOCK_N):
+        offs_n = n_start + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < N
+        mask = mask_rows[:, None] & mask_n[None, :]
+        g = tl.load(g_ptr + rows[:, None] * stride_gm + offs_n[None, :] * stride_gn, mask=mask, other=0.0)
+        if ACT == "identity":
+            dpre = g.to(ACC_DTYPE)
+        else:
+            a = tl.load(a_ptr + rows[:, None] * stride_am + offs_n[None, :] * stride_an, mask=mask, other=0.0)
+            dpre = g.to(ACC_DTYPE) * activation_grad(a.to(ACC_DTYPE), ACT, FROM_OUTPUT)
+        if first_k_tile:
+            _dpre_side_outputs(dpre, dpre_ptr + rows[:, None] * stride_dpm + offs_n[None, :], mask,
+                               db_partial_ptr, tile_m, offs_n, mask_n, N, HAS_BIAS, STORE_DPRE)
+        if COMPUTE_DX:
+            w = tl.load(w_ptr + offs_n[:, None] * stride_wn + cols_k[None, :] * stride_wk,
+                        mask=mask_n[:, None] & mask_k[None, :], other=0.0)
+            if UPCAST:
+                lhs = dpre.to(dx_ptr.dtype.element_ty).to(tl.float32)
+                w = w.to(tl.float32)
+            else:  # the tensor cores take the operands in the data's dtype, as cuBLAS would
+                lhs = dpre.to(w.dtype)
+            acc = tl.dot(lhs, w, acc, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
+    if COMPUTE_DX:
+        mask_dx = mask_rows[:, None] & mask_k[None, :]
+        tl.store(dx_ptr + rows[:, None] * stride_dxm + cols_k[None, :], acc.to(dx_ptr.dtype.element_ty), mask=mask_dx)
+
+
+@triton.jit
+def linear_act_dgrad_tma_kernel(
+    g_desc, a_desc, w_desc, dx_desc, dpre_desc, db_partial_ptr,
+    M, N, K, M_KEY, NUM_SMS,
+    ACT: tl.constexpr, FROM_OUTPUT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_DPRE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """``linear_act_dgrad_kernel`` (with COMPUTE_DX) on descriptors, persistent over NUM_SMS programs.
+
+    W's [BLOCK_N, BLOCK_K] tiles of the row-major [N, K] weight are the dot's right operand as
+    loaded. Tiles past M, N or K read zeros and their stores are clipped by the copy engine.
+    """
+    num_tiles_m = tl.cdiv(M, BLOCK_M)
+    num_tiles_k = tl.cdiv(K, BLOCK_K)
+    for tile_id in tl.range(tl.program_id(0), num_tiles_m * num_tiles_k, NUM_SMS):
+        tile_m, row_start, k_start = persistent_tile(tile_id, num_tiles_m, num_tiles_k, BLOCK_M, BLOCK_K, GROUP_M)
+        first_k_tile = k_start == 0
+        acc = tl.zeros((BLOCK_M, BLOCK_K), dtype=ACC_DTYPE)
+        for n_start in range(0, N, BLOCK_N):
+            g = g_desc.load([row_start, n_start]).to(ACC_DTYPE)
+            if ACT == "identity":
+                dpre = g
+            else:
+                dpre = g * activation_grad(a_desc.load([row_start, n_start]).to(ACC_DTYPE), ACT, FROM_OUTPUT)
+            lhs = dpre.to(dx_desc.dtype)
+            if first_k_tile:
+                if STORE_DPRE:
+                    dpre_desc.store([row_start, n_start], lhs)
+                if HAS_BIAS:
+                    offs_n = n_start + tl.arange(0, BLOCK_N)
+                    tl.store(db_partial_ptr + tile_m.to(tl.int64) * N + offs_n, tl.sum(dpre, axis=0), mask=offs_n < N)
+            w = w_desc.load([n_start, k_start])
+            if UPCAST:
+                lhs = lhs.to(tl.float32)
+                w = w.to(tl.float32)
+            acc = tl.dot(lhs, w, acc, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
+        dx_desc.store([row_start, k_start], acc.to(dx_desc.dtype))

@@ -1,0 +1,329 @@
+"""Fused Linear + bias + activation: validation, launch, autograd and the torch.library ops.
+
+    fusedmlp.linear_act(x, weight, bias=None, activation="gelu_tanh", save_preact=False)
+        y = act(x @ weight.T + bias)
+
+Forward: one kernel (GEMM + bias + activation on the tile). Backward (kernels/linear_act.py):
+the dgrad kernel forms ``dpre = g * act'(pre)`` on the tile inside its main loop and
+multiplies it by W straight away, writing dpre once on the side for the weight gradient
+``dW = dpre.T @ x`` (cuBLAS) and the per-row-block db partials (reduced in a fixed order).
+
+What the backward keeps (the ``save_preact`` switch):
+- ``save_preact=True``: the pre-activation ``[..., out]``.
+- ``save_preact=False`` (default), activations whose derivative is a function of the output
+  (identity, relu, squared_relu, sigmoid): the output y, which the next layer usually
+  keeps anyway as its input, so the fused layer adds no activation memory of its own.
+- ``save_preact=False``, the others (gelu, gelu_tanh, silu): nothing but x; the backward
+  recomputes pre with the forward kernel (one more GEMM), chunk by chunk.
+The backward walks the rows in up to 4 chunks, so that its ``[rows, out]`` transients (dpre,
+a recomputed pre) exist one chunk at a time.
+
+Under torch.compile the same implementations run as custom ops:
+    fusedmlp::linear_act(x, weight, bias, act, store_pre) -> (y, pre)
+    fusedmlp::linear_act_backward(g, a, weight, act, from_output, has_bias, store_dpre, compute_dx)
+        -> (dx, dpre, db)
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+
+from ..kernels.configs import (
+    LINEAR_CONFIGS,
+    LINEAR_DGRAD_BLOCK_M,
+    LINEAR_DGRAD_CONFIGS,
+    LINEAR_DGRAD_TMA_CONFIGS,
+    LINEAR_TMA_CONFIGS,
+    Launcher,
+)
+from ..kernels.linear_act import (
+    linear_act_dgrad_kernel,
+    linear_act_dgrad_tma_kernel,
+    linear_act_fwd_kernel,
+    linear_act_fwd_tma_kernel,
+)
+from ._common import (
+    acc_dtypes,
+    autotune_m_key,
+    backward_row_chunks,
+    check_linear_inputs,
+    descriptor,
+    dot_meta,
+    num_sms,
+    persistent_grid,
+    tma_eligible,
+    use_triton,
+)
+from .activations import (
+    DERIVATIVE_FROM_OUTPUT,
+    activation_grad_from_output_reference,
+    activation_grad_reference,
+    activation_reference,
+    check_activation,
+)
+
+__all__ = ["linear_act", "linear_act_reference", "linear_act_forward_impl"]
+
+_FWD_KEY = ["M_KEY", "N", "K", "ACT", "HAS_BIAS", "STORE_PRE"]
+_DGRAD_KEY = ["M_KEY", "N", "K", "ACT", "FROM_OUTPUT", "HAS_BIAS", "STORE_DPRE"]
+_DGRAD_FIXED = {"BLOCK_M": LINEAR_DGRAD_BLOCK_M}
+_fwd_launcher = Launcher(linear_act_fwd_kernel, LINEAR_CONFIGS, key=_FWD_KEY)
+_fwd_tma_launcher = Launcher(linear_act_fwd_tma_kernel, LINEAR_TMA_CONFIGS, key=_FWD_KEY)
+_dgrad_launcher = Launcher(linear_act_dgrad_kernel, LINEAR_DGRAD_CONFIGS, key=_DGRAD_KEY + ["COMPUTE_DX"],
+                           fixed=_DGRAD_FIXED)
+_dgrad_tma_launcher = Launcher(linear_act_dgrad_tma_kernel, LINEAR_DGRAD_TMA_CONFIGS, key=_DGRAD_KEY,
+                               fixed=_DGRAD_FIXED)
+
+
+def linear_act_reference(x, weight, bias=None, activation="gelu_tanh"):
+    """Plain PyTorch: ``act(x @ weight.T + bias)``."""
+    return activation_reference(torch.nn.functional.linear(x, weight, bias), check_activation(activation))
+
+
+# --------------------------------------------------------------------------------------
+# Kernel launches
+# --------------------------------------------------------------------------------------
+def _launch_fwd(x, weight, bias, act, store_pre):
+    m, k = x.shape
+    n = weight.shape[0]
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    pre = torch.empty((m, n) if store_pre else (0,), dtype=x.dtype, device=x.device)
+    if m == 0 or n == 0:
+        return y, pre
+    common = dict(M=m, N=n, K=k, M_KEY=autotune_m_key(m), ACT=act, HAS_BIAS=bias is not None, STORE_PRE=store_pre)
+    b_ptr = bias if bias is not None else y
+    if tma_eligible(x, weight, y, *((pre,) if store_pre else ())):
+        _fwd_tma_launcher.launch(
+            persistent_grid(num_sms(x), m, n),
+            x_desc=descriptor(x), w_desc=descriptor(weight), b_ptr=b_ptr, y_desc=descriptor(y),
+            pre_desc=descriptor(pre if store_pre else y), NUM_SMS=num_sms(x),
+            **common, **dot_meta(x.dtype),
+        )
+        return y, pre
+    grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
+    _fwd_launcher.launch(
+        grid, x, weight, b_ptr, y, pre if store_pre else y,
+        stride_xm=x.stride(0), stride_xk=x.stride(1), stride_wn=weight.stride(0), stride_wk=weight.stride(1),
+        stride_ym=y.stride(0), stride_pm=pre.stride(0) if store_pre else 0,
+        **common, **dot_meta(x.dtype), fp64=x.dtype == torch.float64,
+    )
+    return y, pre
+
+
+def _launch_backward(g, a, weight, act, from_output, has_bias, store_dpre, compute_dx):
+    m, n = g.shape
+    k = weight.shape[1]
+    dx = torch.empty((m, k) if compute_dx else (0,), dtype=g.dtype, device=g.device)
+    dpre = torch.empty((m, n) if store_dpre else (0,), dtype=g.dtype, device=g.device)
+    acc_torch = acc_dtypes(g.dtype)[1]
+    db_partial = torch.empty(
+        (triton.cdiv(m, LINEAR_DGRAD_BLOCK_M), n) if has_bias else (0,), dtype=acc_torch, device=g.device
+    )
+    if m == 0 or n == 0 or k == 0:
+        if compute_dx:
+            dx.zero_()
+        return dx, dpre, torch.zeros((n,) if has_bias else (0,), dtype=acc_torch, device=g.device)
+    a = g if act == "identity" else a  # identity reads no activation
+    common = dict(M=m, N=n, K=k, M_KEY=autotune_m_key(m), ACT=act, FROM_OUTPUT=from_output,
+                  HAS_BIAS=has_bias, STORE_DPRE=store_dpre)
+    db_ptr = db_partial if has_bias else g
+    if compute_dx and tma_eligible(g, a, weight, dx, *((dpre,) if store_dpre else ())):
+        _dgrad_tma_launcher.launch(
+            persistent_grid(num_sms(g), m, k, "BLOCK_M", "BLOCK_K"),
+            g_desc=descriptor(g), a_desc=descriptor(a), w_desc=descriptor(weight), dx_desc=descriptor(dx),
+            dpre_desc=descriptor(dpre if store_dpre else g), db_partial_ptr=db_ptr, NUM_SMS=num_sms(g),
+            **common, **dot_meta(g.dtype),
+        )
+    else:
+        tiles_m = triton.cdiv(m, LINEAR_DGRAD_BLOCK_M)
+        grid = lambda meta: (tiles_m * (triton.cdiv(k, meta["BLOCK_K"]) if compute_dx else 1),)  # noqa: E731
+        _dgrad_launcher.launch(
+            grid, g, a, weight, dx if compute_dx else g, dpre if store_dpre else g, db_ptr,
+            stride_gm=g.stride(0), stride_gn=g.stride(1), stride_am=a.stride(0), stride_an=a.stride(1),
+            stride_wn=weight.stride(0), stride_wk=weight.stride(1),
+            stride_dxm=dx.stride(0) if compute_dx else 0, stride_dpm=dpre.stride(0) if store_dpre else 0,
+            COMPUTE_DX=compute_dx, **common, **dot_meta(g.dtype), fp64=g.dtype == torch.float64,
+        )
+    # Fixed-order reduction of the per-row-block partials: same bits on every run.
+    db = db_partial.sum(dim=0) if has_bias else db_partial
+    return dx, dpre, db
+
+
+# --------------------------------------------------------------------------------------
+# Implementations shared by both autograd paths (Triton or the reference)
+# --------------------------------------------------------------------------------------
+def linear_act_forward_impl(x, weight, bias, act: str, store_pre: bool):
+    """(y, pre): y = act(x @ weight.T + bias); pre if store_pre, else an empty tensor. x is 2-D."""
+    if use_triton(x):
+        return _launch_fwd(x, weight, bias, act, store_pre)
+    pre = torch.nn.functional.linear(x, weight, bias)
+    return activation_reference(pre, act), (pre if store_pre else pre.new_empty((0,)))
+
+
+def _backward_impl(g, a, weight, act, from_output, has_bias, store_dpre, compute_dx):
+    """(dx, dpre, db): dpre = g * act'(a) (a = pre, or y if from_output); dx = dpre @ weight if
+    compute_dx; dpre returned if store_dpre; db = dpre.sum(0) in fp32 (fp64) if has_bias."""
+    if use_triton(g):
+        return _launch_backward(g, a, weight, act, from_output, has_bias, store_dpre, compute_dx)
+    dpre = g.to(acc_dtypes(g.dtype)[1])
+    if act != "identity":
+        grad_fn = activation_grad_from_output_reference if from_output else activation_grad_reference
+        dpre = dpre * grad_fn(a.to(dpre.dtype), act)
+    rounded = dpre.to(g.dtype)  # the GEMM operands are in the data dtype, as in the kernel
+    dx = rounded @ weight if compute_dx else g.new_empty((0,))
+    db = dpre.sum(0) if has_bias else dpre.new_empty((0,))
+    return dx, (rounded if store_dpre else g.new_empty((0,))), db
+
+
+@torch.library.custom_op("fusedmlp::linear_act_backward", mutates_args=())
+def _backward_op(
+    g: torch.Tensor, a: torch.Tensor, weight: torch.Tensor, act: str, from_output: bool, has_bias: bool,
+    store_dpre: bool, compute_dx: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _backward_impl(g, a, weight, act, from_output, has_bias, store_dpre, compute_dx)
+
+
+@_backward_op.register_fake
+def _(g, a, weight, act, from_output, has_bias, store_dpre, compute_dx):
+    m, n = g.shape
+    return (
+        g.new_empty((m, weight.shape[1]) if compute_dx else (0,)),
+        g.new_empty((m, n) if store_dpre else (0,)),
+        g.new_empty((n,) if has_bias else (0,), dtype=acc_dtypes(g.dtype)[1]),
+    )
+
+
+def _saved_mode(act: str, store_pre: bool) -> str:
+    """What the backward reads for act': "pre" (saved), "output" (y, saved) or "recompute"."""
+    if store_pre:
+        return "pre"
+    return "output" if act in DERIVATIVE_FROM_OUTPUT else "recompute"
+
+
+def _backward(grad_y, x, weight, bias, saved, act, mode, needs):
+    """(dx, dW, db), None where ``needs`` says it is not wanted; rows walked in chunks."""
+    needs_x, needs_w, needs_b = needs
+    has_bias = bias is not None and needs_b
+    if not (needs_x or needs_w or has_bias):
+        return None, None, None
+    compiling = torch.compiler.is_compiling()
+    backward = torch.ops.fusedmlp.linear_act_backward if compiling else _backward_impl
+    forward = torch.ops.fusedmlp.linear_act if compiling else linear_act_forward_impl
+    grad_x = x.new_empty(x.shape) if needs_x else None
+    grad_w = db = None
+    for start, stop in backward_row_chunks(x.shape[0], LINEAR_DGRAD_BLOCK_M):
+        rows = slice(start, stop)
+        if mode == "recompute" and act != "identity":
+            a = forward(x[rows], weight, bias, "identity", False)[0]  # pre, one chunk at a time
+        else:
+            a = saved[rows] if saved is not None else grad_y[rows]
+        dx_rows, dpre, db_rows = backward(
+            grad_y[rows], a, weight, act, mode == "output", has_bias, needs_w, needs_x
+        )
+        if needs_x:
+            grad_x[rows] = dx_rows
+        if needs_w:  # accumulated over the chunks in a fixed order
+            grad_w = dpre.t() @ x[rows] if grad_w is None else grad_w.addmm_(dpre.t(), x[rows])
+        if has_bias:  # fp32 (fp64) across chunks, rounded once
+            db = db_rows if db is None else db + db_rows
+        del a, dpre, dx_rows  # one chunk's transients alive at a time
+    return grad_x, grad_w, (db.to(x.dtype) if has_bias else None)
+
+
+# --------------------------------------------------------------------------------------
+# Eager path (autograd.Function) and traced path (custom op with registered autograd)
+# --------------------------------------------------------------------------------------
+def _tensor_to_save(act, mode, y, pre):
+    if mode == "pre":
+        return pre
+    if mode == "output" and act != "identity":
+        return y
+    return None
+
+
+class _LinearActFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, act, store_pre):
+        y, pre = linear_act_forward_impl(x, weight, bias, act, store_pre)
+        ctx.act, ctx.mode = act, _saved_mode(act, store_pre)
+        ctx.save_for_backward(x, weight, bias, _tensor_to_save(act, ctx.mode, y, pre))
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, weight, bias, saved = ctx.saved_tensors
+        grads = _backward(grad_y, x, weight, bias, saved, ctx.act, ctx.mode, ctx.needs_input_grad[:3])
+        return (*grads, None, None)
+
+
+@torch.library.custom_op("fusedmlp::linear_act", mutates_args=())
+def _linear_act_op(
+    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], act: str, store_pre: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return linear_act_forward_impl(x, weight, bias, act, store_pre)
+
+
+@_linear_act_op.register_fake
+def _(x, weight, bias, act, store_pre):
+    shape = (x.shape[0], weight.shape[0])
+    return x.new_empty(shape), x.new_empty(shape if store_pre else (0,))
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, bias, act, store_pre = inputs
+    y, pre = output
+    ctx.set_materialize_grads(False)  # pre never receives a gradient: no zero tensor for it
+    ctx.act, ctx.mode = act, _saved_mode(act, store_pre)
+    ctx.save_for_backward(x, weight, bias, _tensor_to_save(act, ctx.mode, y, pre))
+
+
+def _op_backward(ctx, grad_y, grad_pre):
+    if grad_y is None:
+        return None, None, None, None, None
+    x, weight, bias, saved = ctx.saved_tensors
+    grads = _backward(grad_y, x, weight, bias, saved, ctx.act, ctx.mode, ctx.needs_input_grad[:3])
+    return (*grads, None, None)
+
+
+torch.library.register_autograd("fusedmlp::linear_act", _op_backward, setup_context=_setup_context)
+
+
+# --------------------------------------------------------------------------------------
+# Public entry point
+# --------------------------------------------------------------------------------------
+def linear_act(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    activation: Optional[str] = "gelu_tanh",
+    save_preact: bool = False,
+) -> torch.Tensor:
+    """Fused ``act(x @ weight.T + bias)``, forward and backward.
+
+    Args:
+        x: ``[..., in]`` input, any leading shape; fp16, bf16, fp32 or fp64; any strides.
+        weight: ``[out, in]`` (an ``nn.Linear`` weight).
+        bias: optional ``[out]``.
+        activation: one of identity, relu, squared_relu, gelu (erf), gelu_tanh, sigmoid,
+            silu; None means identity.
+        save_preact: True keeps the pre-activation for the backward. False (default) keeps
+            the output instead when the activation's derivative is a function of it
+            (identity, relu, squared_relu, sigmoid), and otherwise nothing but x: the
+            backward then recomputes the pre-activation (one more GEMM).
+
+    Returns:
+        ``[..., out]`` tensor of x's dtype.
+    """
+    act = check_activation(activation)
+    check_linear_inputs(x, weight, bias)
+    if not isinstance(save_preact, bool):
+        raise TypeError(f"save_preact must be a bool, got {type(save_preact).__name__}")
+    x2d = x.reshape(-1, weight.shape[1])  # a view whenever the leading dims allow it
+    if torch.compiler.is_compiling():
+        y, _ = torch.ops.fusedmlp.linear_act(x2d, weight, bias, act, save_preact)
+    else:
+        y = _LinearActFunction.apply(x2d, weight, bias, act, save_preact)
+    return y.reshape(*x.shape[:-1], weight.shape[0])

@@ -1,0 +1,167 @@
+"""SwiGLU feed-forward (the LLaMA MLP): validation, autograd and the torch.library op.
+
+    fusedmlp.swiglu(x, w_gate, w_up, w_down, *, recompute=False)
+        z = silu(x @ w_gate.T) * (x @ w_up.T);  y = z @ w_down.T          (no biases)
+
+Forward: one GLU kernel (kernels/glu.py, ``act = silu``, W1 = up, W2 = gate) computes z
+with one pass over x and both weights; the two products never reach memory. Then the down
+projection runs on cuBLAS (its reduction runs over all of ``hidden``, so it cannot share
+the tile).
+
+Backward, with gy = dL/dy: one fused kernel (``glu_backward_dh``, G_GEMM) computes the down
+projection's input gradient ``g = gy @ w_down`` on the tile and forms the pair
+``[d_up | d_gate] = [g * silu(gate) | g * up * silu'(gate)]`` on chip, writing it once as
+``dh [M, 2*hidden]``, together with ``z`` for ``dW_down = gy.T @ z``. Then cuBLAS:
+``[dW_up; dW_gate] = dh.T @ x`` (one product), ``dx = d_up @ w_up + d_gate @ w_gate``.
+The backward walks the rows in up to 4 chunks, so that dh and z exist one chunk at a time.
+
+Memory modes: ``recompute=False`` (default) keeps ``h = [up | gate]`` ([..., 2*hidden], as
+eager PyTorch and torch.compile keep the two products) and the backward kernel reads it;
+``recompute=True`` keeps only x and recomputes both products inside the backward kernel
+(two more GEMMs' worth of work: about 11 instead of 9 hidden-sized products per step).
+
+Under torch.compile: ``fusedmlp::swiglu(x, w_gate, w_up, w_down, store_h) -> (y, h)`` with
+its autograd registered; the backward calls ``fusedmlp::glu_backward_dh``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..kernels.configs import GLU_BWD_BLOCK_M
+from ._common import backward_row_chunks, check_linear_inputs, check_same_dtype_device, check_tensor
+from .activations import activation_reference
+from .glu import glu_backward_dh, glu_forward_impl
+
+__all__ = ["swiglu", "swiglu_reference"]
+
+
+def swiglu_reference(x, w_gate, w_up, w_down):
+    """Plain PyTorch: ``(silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T``."""
+    linear = torch.nn.functional.linear
+    return linear(activation_reference(linear(x, w_gate), "silu") * linear(x, w_up), w_down)
+
+
+def _forward_impl(x, w_gate, w_up, w_down, store_h):
+    z, h = glu_forward_impl(x, w_up, w_gate, None, None, "silu", store_h)
+    return z @ w_down.t(), h
+
+
+def _backward(grad_y, x, w_gate, w_up, w_down, h, needs):
+    """(dx, dW_gate, dW_up, dW_down), None where not needed; rows walked in chunks."""
+    needs_x, needs_gate, needs_up, needs_down = needs
+    hidden = w_up.shape[0]
+    grad_x = x.new_empty(x.shape) if needs_x else None
+    grad_gate = grad_up = grad_down = None
+    grad_pair = None  # [dW_up; dW_gate] as one [2*hidden, d] product when both are wanted
+
+    def accumulate(acc, a, b):  # acc + a @ b, summed over the chunks in a fixed order
+        return a @ b if acc is None else acc.addmm_(a, b)
+
+    for start, stop in backward_row_chunks(x.shape[0], GLU_BWD_BLOCK_M):
+        rows = slice(start, stop)
+        x_rows, gy = x[rows], grad_y[rows]
+        dh, _, z = glu_backward_dh(
+            gy, x_rows, w_up, w_gate, None, None, None if h is None else h[rows], "silu", w_down, needs_down
+        )
+        d_up, d_gate = dh[:, :hidden], dh[:, hidden:]
+        if needs_down:
+            grad_down = accumulate(grad_down, gy.t(), z)
+        if needs_gate and needs_up:
+            grad_pair = accumulate(grad_pair, dh.t(), x_rows)
+        elif needs_up:
+            grad_up = accumulate(grad_up, d_up.t(), x_rows)
+        elif needs_gate:
+            grad_gate = accumulate(grad_gate, d_gate.t(), x_rows)
+        if needs_x:
+            torch.mm(d_up, w_up, out=grad_x[rows])
+            grad_x[rows].addmm_(d_gate, w_gate)
+        del dh, z, d_up, d_gate  # one chunk's transients alive at a time
+    if grad_pair is not None:
+        grad_up, grad_gate = grad_pair[:hidden], grad_pair[hidden:]
+    return grad_x, grad_gate, grad_up, grad_down
+
+
+class _SwiGLUFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w_gate, w_up, w_down, store_h):
+        y, h = _forward_impl(x, w_gate, w_up, w_down, store_h)
+        ctx.save_for_backward(x, w_gate, w_up, w_down, h if store_h else None)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, w_gate, w_up, w_down, h = ctx.saved_tensors
+        return (*_backward(grad_y, x, w_gate, w_up, w_down, h, ctx.needs_input_grad[:4]), None)
+
+
+@torch.library.custom_op("fusedmlp::swiglu", mutates_args=())
+def _swiglu_op(
+    x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, store_h: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _forward_impl(x, w_gate, w_up, w_down, store_h)
+
+
+@_swiglu_op.register_fake
+def _(x, w_gate, w_up, w_down, store_h):
+    m, hidden = x.shape[0], w_up.shape[0]
+    return x.new_empty((m, w_down.shape[0])), x.new_empty((m, 2 * hidden) if store_h else (0,))
+
+
+def _setup_context(ctx, inputs, output):
+    x, w_gate, w_up, w_down, store_h = inputs
+    ctx.set_materialize_grads(False)  # h never receives a gradient: no zero tensor for it
+    ctx.save_for_backward(x, w_gate, w_up, w_down, output[1] if store_h else None)
+
+
+def _op_backward(ctx, grad_y, grad_h):
+    if grad_y is None:
+        return None, None, None, None, None
+    x, w_gate, w_up, w_down, h = ctx.saved_tensors
+    return (*_backward(grad_y, x, w_gate, w_up, w_down, h, ctx.needs_input_grad[:4]), None)
+
+
+torch.library.register_autograd("fusedmlp::swiglu", _op_backward, setup_context=_setup_context)
+
+
+def _validate(x, w_gate, w_up, w_down):
+    check_linear_inputs(x, w_gate, None, weight_name="w_gate")
+    check_linear_inputs(x, w_up, None, weight_name="w_up")
+    check_tensor(w_down, "w_down", ndim=2)
+    check_same_dtype_device("x", x, w_down=w_down)
+    if w_gate.shape != w_up.shape:
+        raise ValueError(
+            f"w_gate and w_up must have the same [hidden, dim] shape, got {tuple(w_gate.shape)} and {tuple(w_up.shape)}"
+        )
+    if w_down.shape[1] != w_up.shape[0]:
+        raise ValueError(
+            f"w_down must be [out, hidden] with hidden = {w_up.shape[0]} (rows of w_up), got {tuple(w_down.shape)}"
+        )
+
+
+def swiglu(
+    x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, *, recompute: bool = False
+) -> torch.Tensor:
+    """Fused SwiGLU feed-forward: ``(silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T``.
+
+    Args:
+        x: ``[..., dim]`` input, any leading shape (e.g. ``(batch, seq, dim)``); fp16, bf16,
+            fp32 or fp64; any strides.
+        w_gate, w_up: ``[hidden, dim]`` weights of the gate and up projections (bias-free
+            ``nn.Linear(dim, hidden)``, as in Hugging Face ``LlamaMLP``).
+        w_down: ``[out, hidden]`` weight of the down projection (usually out = dim).
+        recompute: False (default) keeps both hidden products for the backward, as eager
+            PyTorch does; True keeps only x and recomputes them inside the backward kernel.
+
+    Returns:
+        ``[..., out]`` tensor of x's dtype.
+    """
+    _validate(x, w_gate, w_up, w_down)
+    if not isinstance(recompute, bool):
+        raise TypeError(f"recompute must be a bool, got {type(recompute).__name__}")
+    x2d = x.reshape(-1, x.shape[-1])
+    if torch.compiler.is_compiling():
+        y, _ = torch.ops.fusedmlp.swiglu(x2d, w_gate, w_up, w_down, not recompute)
+    else:
+        y = _SwiGLUFunction.apply(x2d, w_gate, w_up, w_down, not recompute)
+    return y.reshape(*x.shape[:-1], w_down.shape[0])

@@ -1,0 +1,257 @@
+"""Fused Linear + bias + activation: output and every gradient against a float64 reference."""
+
+import pytest
+import torch
+from helpers import assert_close, check_against_float64, rel_err
+from torch import nn
+
+import fusedmlp
+from fusedmlp.ops.activations import ACTIVATIONS
+from fusedmlp.ops.linear_act import linear_act_reference
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+
+
+def make_inputs(lead_shape, in_features, out_features, device, bias=True, grads=(True, True, True)):
+    """float64 masters; the weight scale keeps the pre-activation in each activation's curved range."""
+    x = torch.randn(*lead_shape, in_features, dtype=torch.float64, device=device)
+    w = torch.randn(out_features, in_features, dtype=torch.float64, device=device) / in_features**0.5
+    b = torch.randn(out_features, dtype=torch.float64, device=device) if bias else None
+    g = torch.randn(*lead_shape, out_features, dtype=torch.float64, device=device)
+    for t, needs in zip((x, w, b), grads):
+        if t is not None:
+            t.requires_grad_(needs)
+    return [x, w, b], g
+
+
+def run_check(tensors64, g64, dtype, activation, save_preact, what="", transform=lambda ts: ts):
+    # the reference runs on the very values the op gets (rounded to dtype), in float64
+    tensors64 = [None if t is None else t.detach().to(dtype).double().requires_grad_(t.requires_grad) for t in tensors64]
+    tensors = transform([None if t is None else t.detach().to(dtype) for t in tensors64])
+    check_against_float64(
+        lambda x, w, b: fusedmlp.linear_act(x, w, b, activation, save_preact),
+        lambda x, w, b: linear_act_reference(x, w, b, activation),
+        tensors, tensors64, g64.to(dtype), g64, f"{what} {activation} save_preact={save_preact}",
+    )
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("save_preact", [False, True], ids=["saves-less", "save_preact"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_every_activation(device, activation, save_preact, dtype):
+    tensors, g = make_inputs((37,), 45, 29, device)
+    run_check(tensors, g, dtype, activation, save_preact)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize(
+    "lead_shape,in_features,out_features", [((1,), 16, 8), ((3, 7), 33, 20), ((2, 5, 3), 24, 40)],
+    ids=["N=1", "3d", "4d"],
+)
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_dtypes_and_shapes(device, dtype, bias, lead_shape, in_features, out_features, activation):
+    tensors, g = make_inputs(lead_shape, in_features, out_features, device, bias)
+    run_check(tensors, g, dtype, activation, False)
+
+
+@pytest.mark.parametrize(
+    "grads", [(False, True, True), (True, False, False), (False, False, True), (True, True, False)],
+    ids=["no-dx", "dx-only", "db-only", "no-db"],
+)
+@pytest.mark.parametrize("activation", ["silu", "sigmoid"])
+def test_partial_gradients(device, grads, activation):
+    """Only the wanted gradients are computed (no-dx runs the dpre-only stream kernel)."""
+    tensors, g = make_inputs((50,), 40, 36, device, grads=grads)
+    run_check(tensors, g, torch.float32, activation, False, "partial")
+
+
+def test_strided_inputs(device):
+    """Transposed views of x and W, and a non-contiguous g, straight into the kernels."""
+    x = torch.randn(40, 57, dtype=torch.float64, device=device).t().requires_grad_()  # [57, 40], strides (1, 57)
+    w = (torch.randn(40, 30, dtype=torch.float64, device=device) / 40**0.5).t().requires_grad_()  # [30, 40]
+    b = torch.randn(30, dtype=torch.float64, device=device, requires_grad=True)
+    g = torch.randn(30, 57, dtype=torch.float64, device=device).t()
+    for activation in ("gelu_tanh", "squared_relu"):
+        run_check([x, w, b], g, torch.float32, activation, False, "strided",
+                  transform=lambda ts: [ts[0], ts[1], ts[2]])
+
+
+def test_strided_views_reach_the_kernel_uncopied(device, monkeypatch):
+    import fusedmlp.ops.linear_act as ops
+
+    seen = {}
+    real = ops._launch_fwd
+
+    def spy(x, weight, *args):
+        seen["x"], seen["w"] = x, weight
+        return real(x, weight, *args)
+
+    monkeypatch.setattr(ops, "_launch_fwd", spy)
+    monkeypatch.setattr(ops, "use_triton", lambda t: True)
+    x = torch.randn(64, 48, device=device).t()
+    w = torch.randn(64, 30, device=device).t()
+    fusedmlp.linear_act(x, w, None, "relu")
+    for name, original in (("x", x), ("w", w)):
+        assert seen[name].data_ptr() == original.data_ptr() and seen[name].stride() == original.stride(), name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("activation", ["gelu_tanh", "relu", "identity"])
+@pytest.mark.parametrize("save_preact", [False, True], ids=["saves-less", "save_preact"])
+def test_tma_kernels(device, monkeypatch, dtype, activation, save_preact):
+    """The persistent tensor-descriptor kernels (forced on CPU): partial row, column and K tiles."""
+    import fusedmlp.ops.linear_act as ops
+
+    if device == "cuda":
+        if dtype == torch.float32 or torch.cuda.get_device_capability()[0] < 9:
+            pytest.skip("the TMA path is for 16-bit inputs on Hopper")
+    else:
+        monkeypatch.setattr(ops, "tma_eligible", lambda *tensors: True)
+        monkeypatch.setattr(ops, "num_sms", lambda t: 3)  # fewer programs than tiles
+    tensors, g = make_inputs((77,), 72, 40, device)  # 16-byte aligned rows; no multiple of the tiles
+    if device == "cuda":
+        assert ops.tma_eligible(*(t.to(dtype) for t in (tensors[0], tensors[1], g)))
+    run_check(tensors, g, dtype, activation, save_preact, "tma")
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_backward_in_row_chunks(device, monkeypatch, activation):
+    import fusedmlp.ops._common as common
+
+    monkeypatch.setattr(common, "BWD_MIN_CHUNK_ROWS", 128)
+    assert len(common.backward_row_chunks(300, 128)) == 3
+    tensors, g = make_inputs((300,), 24, 40, device)
+    run_check(tensors, g, torch.float32, activation, False, "chunked")
+
+
+@pytest.mark.parametrize(
+    "activation,save_preact,expected",
+    [("gelu", False, "x"), ("relu", False, "x,y"), ("identity", False, "x"), ("silu", True, "pre,x")],
+)
+def test_saved_tensors(device, activation, save_preact, expected):
+    """What the backward keeps: x alone (recompute), x and the output, or x and pre."""
+    x = torch.randn(64, 32, device=device, requires_grad=True)
+    layer = fusedmlp.FusedLinear(32, 48, activation=activation, save_preact=save_preact).to(device)
+    params = {p.data_ptr() for p in layer.parameters()}
+    saved = []
+
+    def pack(t):
+        saved.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = layer(x)
+    activations = [t for t in saved if t.data_ptr() not in params]
+    names = []
+    for t in activations:
+        if t.data_ptr() == x.data_ptr():
+            names.append("x")
+        elif t.data_ptr() == y.data_ptr():
+            names.append("y")
+        else:
+            assert t.shape == y.shape, t.shape
+            names.append("pre")
+    assert ",".join(sorted(names)) == expected
+
+
+def test_empty_batch(device):
+    x = torch.randn(0, 24, device=device, requires_grad=True)
+    w = torch.randn(18, 24, device=device, requires_grad=True)
+    b = torch.randn(18, device=device, requires_grad=True)
+    y = fusedmlp.linear_act(x, w, b, "silu")
+    assert y.shape == (0, 18)
+    y.sum().backward()
+    assert x.grad.shape == x.shape
+    assert torch.equal(w.grad, torch.zeros_like(w)) and torch.equal(b.grad, torch.zeros_like(b))
+
+
+def test_db_is_bitwise_deterministic(device):
+    n = 2000 if device == "cuda" else 300
+    x = torch.randn(n, 40, device=device)
+    w = torch.randn(50, 40, device=device, requires_grad=True)
+    b = torch.randn(50, device=device, requires_grad=True)
+    g = torch.randn(n, 50, device=device)
+    dbs = [torch.autograd.grad(fusedmlp.linear_act(x, w, b, "gelu"), b, g)[0] for _ in range(3)]
+    assert all(torch.equal(dbs[0], db) for db in dbs[1:])
+
+
+@pytest.mark.parametrize(
+    "case,exc,match",
+    [
+        ("activation", ValueError, "activation must be one of"),
+        ("in_features", ValueError, "features in its last dimension"),
+        ("bias_length", ValueError, "bias must have 20 elements"),
+        ("dtype", TypeError, "weight has dtype"),
+        ("int", TypeError, "x must be float16"),
+        ("weight_rank", ValueError, "weight must be 2-D"),
+        ("save_preact", TypeError, "save_preact must be a bool"),
+    ],
+)
+def test_bad_inputs(device, case, exc, match):
+    x = torch.randn(5, 12, device=device)
+    w = torch.randn(20, 12, device=device)
+    b = torch.randn(20, device=device)
+    kwargs = {"activation": "relu"}
+    if case == "activation":
+        kwargs["activation"] = "tanh"
+    elif case == "in_features":
+        x = torch.randn(5, 13, device=device)
+    elif case == "bias_length":
+        b = torch.randn(21, device=device)
+    elif case == "dtype":
+        w = w.double()
+    elif case == "int":
+        x = x.to(torch.int32)
+    elif case == "weight_rank":
+        w = w[None]
+    elif case == "save_preact":
+        kwargs["save_preact"] = "yes"
+    with pytest.raises(exc, match=match):
+        fusedmlp.linear_act(x, w, b, **kwargs)
+
+
+@pytest.mark.parametrize("activation,save_preact", [("gelu_tanh", False), ("relu", False), ("silu", True)])
+def test_torch_compile_fullgraph(device, activation, save_preact):
+    torch._dynamo.reset()
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    x = torch.randn(2, 33, 40, device=device, requires_grad=True)
+    w = torch.randn(24, 40, device=device, requires_grad=True)
+    b = torch.randn(24, device=device, requires_grad=True)
+
+    def step(x, w, b):
+        return fusedmlp.linear_act(x, w, b, activation, save_preact).square().sum()
+
+    loss = torch.compile(step, fullgraph=True, backend=backend)(x, w, b)
+    grads = torch.autograd.grad(loss, (x, w, b))
+    eager_loss = step(x, w, b)
+    eager = torch.autograd.grad(eager_loss, (x, w, b))
+    assert rel_err(loss, eager_loss) < 1e-5
+    for got, want in zip(grads, eager):
+        assert rel_err(got, want) < 1e-5
+
+
+def test_fused_linear_is_a_drop_in(device):
+    """Same parameters and state-dict keys as nn.Linear; loads a Linear checkpoint; same result as Linear+act."""
+    linear = nn.Linear(24, 36).to(device, torch.float64)
+    layer = fusedmlp.FusedLinear(24, 36, activation="gelu").to(device, torch.float64)
+    assert isinstance(layer, nn.Linear)
+    assert layer.state_dict().keys() == linear.state_dict().keys()
+    layer.load_state_dict(linear.state_dict())
+    x = torch.randn(7, 24, device=device, dtype=torch.float64)
+    assert_close(layer(x), torch.nn.functional.gelu(linear(x)), torch.float64, "FusedLinear")
+    shared = fusedmlp.FusedLinear.from_linear(linear, activation="relu")
+    assert shared.weight is linear.weight and shared.bias is linear.bias
+    assert_close(shared(x), torch.relu(linear(x)), torch.float64, "from_linear")
+    with pytest.raises(ValueError, match="activation must be one of"):
+        fusedmlp.FusedLinear(4, 4, activation="swish")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation", ["gelu_tanh", "relu"])
+@pytest.mark.parametrize("save_preact", [False, True], ids=["saves-less", "save_preact"])
+@pytest.mark.parametrize("tokens,d_in,d_out", [(16384, 512, 1792), (4096, 2048, 5632)])
+def test_bf16_at_scale(activation, save_preact, tokens, d_in, d_out):
+    """bf16 at FFN widths (the tensor-descriptor kernels on Hopper), against float64 on the GPU."""
+    tensors, g = make_inputs((tokens,), d_in, d_out, "cuda")
+    run_check(tensors, g, torch.bfloat16, activation, save_preact, "at scale")

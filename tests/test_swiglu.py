@@ -1,0 +1,188 @@
+"""Fused SwiGLU feed-forward: output and every gradient against a float64 reference."""
+
+import pytest
+import torch
+from helpers import assert_close, check_against_float64, rel_err
+
+import fusedmlp
+from fusedmlp.ops.swiglu import swiglu_reference
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+
+
+def make_inputs(lead_shape, dim, hidden, device, out_dim=None, grads=(True, True, True, True)):
+    """float64 masters with nn.Linear-like scales (hidden products of order one)."""
+    x = torch.randn(*lead_shape, dim, dtype=torch.float64, device=device)
+    w_gate = torch.randn(hidden, dim, dtype=torch.float64, device=device) / dim**0.5
+    w_up = torch.randn(hidden, dim, dtype=torch.float64, device=device) / dim**0.5
+    w_down = torch.randn(out_dim or dim, hidden, dtype=torch.float64, device=device) / hidden**0.5
+    g = torch.randn(*lead_shape, out_dim or dim, dtype=torch.float64, device=device)
+    tensors = [x, w_gate, w_up, w_down]
+    for t, needs in zip(tensors, grads):
+        t.requires_grad_(needs)
+    return tensors, g
+
+
+def run_check(tensors64, g64, dtype, recompute, what="", transform=lambda ts: ts):
+    # the reference runs on the very values the op gets (rounded to dtype), in float64
+    tensors64 = [t.detach().to(dtype).double().requires_grad_(t.requires_grad) for t in tensors64]
+    tensors = transform([t.detach().to(dtype) for t in tensors64])
+    check_against_float64(
+        lambda *ts: fusedmlp.swiglu(*ts, recompute=recompute), swiglu_reference,
+        tensors, tensors64, g64.to(dtype), g64, f"{what} recompute={recompute}",
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("recompute", [False, True], ids=["store", "recompute"])
+@pytest.mark.parametrize(
+    "lead_shape,dim,hidden,out_dim",
+    [((37,), 45, 29, None), ((1,), 16, 40, None), ((2, 9), 24, 56, 20)],
+    ids=["odd", "N=1", "3d-out"],
+)
+def test_matches_float64(device, dtype, recompute, lead_shape, dim, hidden, out_dim):
+    tensors, g = make_inputs(lead_shape, dim, hidden, device, out_dim)
+    run_check(tensors, g, dtype, recompute)
+
+
+@pytest.mark.parametrize(
+    "grads",
+    [(False, True, True, True), (True, False, False, False), (False, True, False, False),
+     (False, False, True, False), (False, False, False, True)],
+    ids=["no-dx", "dx-only", "gate-only", "up-only", "down-only"],
+)
+def test_partial_gradients(device, grads):
+    tensors, g = make_inputs((40,), 32, 48, device, grads=grads)
+    run_check(tensors, g, torch.float32, False, "partial")
+
+
+@pytest.mark.parametrize("recompute", [False, True], ids=["store", "recompute"])
+def test_strided_inputs(device, recompute):
+    """x, w_gate and w_down as transposed views (w_down.T is the layout of a [hidden, out] matrix)."""
+    x = torch.randn(40, 33, dtype=torch.float64, device=device).t().requires_grad_()
+    w_gate = (torch.randn(40, 24, dtype=torch.float64, device=device) / 40**0.5).t().requires_grad_()
+    w_up = (torch.randn(24, 40, dtype=torch.float64, device=device) / 40**0.5).requires_grad_()
+    w_down = (torch.randn(24, 40, dtype=torch.float64, device=device) / 24**0.5).t().requires_grad_()
+    g = torch.randn(33, 40, dtype=torch.float64, device=device)
+    run_check([x, w_gate, w_up, w_down], g, torch.float32, recompute, "strided")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("recompute", [False, True], ids=["store", "recompute"])
+def test_tma_kernels(device, monkeypatch, dtype, recompute):
+    """The persistent tensor-descriptor kernels, including the backward's g = gy @ W_down on the tile."""
+    import fusedmlp.ops.glu as glu_ops
+
+    if device == "cuda":
+        if dtype == torch.float32 or torch.cuda.get_device_capability()[0] < 9:
+            pytest.skip("the TMA path is for 16-bit inputs on Hopper")
+    else:
+        monkeypatch.setattr(glu_ops, "tma_eligible", lambda *tensors: True)
+        monkeypatch.setattr(glu_ops, "num_sms", lambda t: 3)  # fewer programs than tiles
+    tensors, g = make_inputs((77,), 72, 40, device)  # 16-byte aligned rows; no multiple of the tiles
+    run_check(tensors, g, dtype, recompute, "tma")
+
+
+@pytest.mark.parametrize("recompute", [False, True], ids=["store", "recompute"])
+def test_backward_in_row_chunks(device, monkeypatch, recompute):
+    import fusedmlp.ops._common as common
+
+    monkeypatch.setattr(common, "BWD_MIN_CHUNK_ROWS", 128)
+    tensors, g = make_inputs((3, 100), 24, 40, device)  # 300 rows: chunks of 128, 128 and 44
+    run_check(tensors, g, torch.float32, recompute, "chunked")
+
+
+@pytest.mark.parametrize("recompute,expected", [(True, "x"), (False, "h,x")])
+def test_saved_tensors(device, recompute, expected):
+    """recompute keeps x alone; store keeps x and h = [up | gate] ([rows, 2*hidden])."""
+    layer = fusedmlp.SwiGLU(32, 48, recompute=recompute).to(device)
+    x = torch.randn(64, 32, device=device, requires_grad=True)
+    params = {p.data_ptr() for p in layer.parameters()}
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        layer(x)
+    names = []
+    for t in saved:
+        if t.data_ptr() in params:
+            continue
+        if t.data_ptr() == x.data_ptr():
+            names.append("x")
+        else:
+            assert t.shape == (64, 96), t.shape
+            names.append("h")
+    assert ",".join(sorted(names)) == expected
+
+
+@pytest.mark.parametrize(
+    "case,exc,match",
+    [
+        ("dim", ValueError, "features in its last dimension"),
+        ("gate_up_shapes", ValueError, "must have the same"),
+        ("down_hidden", ValueError, "w_down must be"),
+        ("dtype", TypeError, "w_down has dtype"),
+        ("down_rank", ValueError, "w_down must be 2-D"),
+        ("recompute", TypeError, "recompute must be a bool"),
+    ],
+)
+def test_bad_inputs(device, case, exc, match):
+    x = torch.randn(5, 12, device=device)
+    w_gate, w_up = torch.randn(20, 12, device=device), torch.randn(20, 12, device=device)
+    w_down = torch.randn(12, 20, device=device)
+    kwargs = {}
+    if case == "dim":
+        x = torch.randn(5, 13, device=device)
+    elif case == "gate_up_shapes":
+        w_up = torch.randn(21, 12, device=device)
+    elif case == "down_hidden":
+        w_down = torch.randn(12, 21, device=device)
+    elif case == "dtype":
+        w_down = w_down.double()
+    elif case == "down_rank":
+        w_down = w_down[None]
+    elif case == "recompute":
+        kwargs["recompute"] = 1
+    with pytest.raises(exc, match=match):
+        fusedmlp.swiglu(x, w_gate, w_up, w_down, **kwargs)
+
+
+@pytest.mark.parametrize("recompute", [False, True], ids=["store", "recompute"])
+def test_torch_compile_fullgraph(device, recompute):
+    torch._dynamo.reset()
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    layer = fusedmlp.SwiGLU(40, 56, recompute=recompute).to(device)
+    x = torch.randn(2, 33, 40, device=device, requires_grad=True)
+
+    def step(x):
+        return layer(x).square().sum()
+
+    loss = torch.compile(step, fullgraph=True, backend=backend)(x)
+    leaves = (x, *layer.parameters())
+    grads = torch.autograd.grad(loss, leaves)
+    eager_loss = step(x)
+    eager = torch.autograd.grad(eager_loss, leaves)
+    assert rel_err(loss, eager_loss) < 1e-5
+    for got, want in zip(grads, eager):
+        assert rel_err(got, want) < 1e-5
+
+
+def test_module_matches_llama_mlp_layout(device):
+    """gate_proj / up_proj / down_proj, bias-free, as in Hugging Face LlamaMLP; same function."""
+    layer = fusedmlp.SwiGLU(24, 40).to(device, torch.float64)
+    assert sorted(layer.state_dict()) == ["down_proj.weight", "gate_proj.weight", "up_proj.weight"]
+    assert layer.gate_proj.weight.shape == (40, 24) and layer.down_proj.weight.shape == (24, 40)
+    x = torch.randn(2, 5, 24, device=device, dtype=torch.float64)
+    want = layer.down_proj(torch.nn.functional.silu(layer.gate_proj(x)) * layer.up_proj(x))
+    assert_close(layer(x), want, torch.float64, "SwiGLU module")
+    shared = fusedmlp.SwiGLU.from_projections(layer.gate_proj, layer.up_proj, layer.down_proj)
+    assert shared.gate_proj is layer.gate_proj
+    with pytest.raises(ValueError, match="bias-free"):
+        fusedmlp.SwiGLU.from_projections(torch.nn.Linear(4, 8), layer.up_proj, layer.down_proj)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recompute", [False, True], ids=["store", "recompute"])
+@pytest.mark.parametrize("tokens,dim,hidden", [(16384, 512, 1792), (4096, 2048, 5632)])
+def test_bf16_at_scale(recompute, tokens, dim, hidden):
+    """bf16 at FFN widths (the tensor-descriptor kernels on Hopper), against float64 on the GPU."""
+    tensors, g = make_inputs((tokens,), dim, hidden, "cuda")
+    run_check(tensors, g, torch.bfloat16, recompute, "at scale")
