@@ -1,0 +1,336 @@
+"""``patch`` / ``unpatch``: swap the MLP blocks of an existing model for fused modules.
+
+``patch(model)`` walks the module tree and replaces, in place, every block whose computation
+it can establish exactly; everything else is left alone. The fused modules share the
+original ``Parameter`` objects (nothing is copied) and keep the state-dict keys, so
+optimizers, checkpoints and weight tying keep working. The rules:
+
+1. **SwiGLU feed-forward** -> ``fusedmlp.SwiGLU`` (sharing the three projections). A module
+   qualifies when all of these hold:
+
+   - its children are exactly ``gate_proj``, ``up_proj``, ``down_proj`` and optionally
+     ``act_fn``; it holds no parameter or buffer of its own;
+   - the projections are plain bias-free ``nn.Linear`` (not subclasses: a quantised or
+     parametrised layer computes something else from its ``weight``) whose shapes chain,
+     with one dtype and device;
+   - ``act_fn`` is SiLU: ``F.silu`` itself, or a stateless module (``nn.SiLU``,
+     transformers' ``SiLUActivation`` or any other class) whose output equals ``F.silu`` on a
+     probe tensor;
+   - the source of its class's ``forward(self, x)`` is exactly
+     ``return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))`` (the
+     operands of ``*`` in either order, optionally through one local variable, no
+     decorators). This is how Hugging Face transformers (since 4.47) writes ``LlamaMLP``,
+     ``MistralMLP``, ``Qwen2MLP`` and their many copies. A forward doing anything else
+     (dropout, scaling, the tensor-parallel slicing of transformers < 4.47, ...) or whose
+     source cannot be read is not matched, whatever the class is called.
+
+2. **Packed GEGLU** (the diffusers ``GEGLU`` block) -> ``PatchedGEGLU`` (keeps the same
+   ``proj`` Linear, so the keys stay ``proj.weight`` / ``proj.bias``). A module qualifies
+   when its class is named ``GEGLU``, its only child is ``proj``, a plain ``nn.Linear`` with
+   an even ``out_features``, it holds no parameter or buffer of its own, and its
+   ``approximate`` attribute is ``"none"`` (the default when absent: exact erf GELU) or
+   ``"tanh"``. Here the class name is the contract: its forward is taken to be
+   ``hidden, gate = self.proj(x).chunk(2, -1); return hidden * gelu(gate)``.
+
+3. **Linear + activation in an** ``nn.Sequential`` (or a subclass that does not override
+   ``forward``): a plain ``nn.Linear`` directly followed by ``nn.ReLU``, ``nn.GELU``
+   (``approximate`` "none" or "tanh"), ``nn.SiLU`` or ``nn.Sigmoid`` becomes
+   ``fusedmlp.FusedLinear.from_linear(linear, activation)`` and the activation becomes
+   ``nn.Identity()``: indices and keys are unchanged.
+
+A module carrying forward/backward hooks or a per-instance ``forward``, or whose bypassed
+children do, is never replaced (the fused module would silently skip them). The root module
+itself is never replaced. Patching again finds nothing left to replace, so ``patch`` is
+idempotent; ``unpatch`` puts the original module objects back.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy as _copy
+import functools
+import inspect
+import itertools
+import textwrap
+import warnings
+from collections.abc import Iterable
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..ops.glu import geglu
+from .linear_act import FusedLinear
+from .swiglu import SwiGLU
+
+# Plain (non-parameter) attribute of the module given to ``patch``: the swaps ``unpatch`` undoes.
+_SWAPS_ATTR = "_fusedmlp_swaps"
+
+_SWIGLU_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
+# The accepted bodies of ``forward(self, x)``, with the caller's names for self and x.
+_SWIGLU_RETURNS = (
+    "return {s}.down_proj({s}.act_fn({s}.gate_proj({x})) * {s}.up_proj({x}))",
+    "return {s}.down_proj({s}.up_proj({x}) * {s}.act_fn({s}.gate_proj({x})))",
+)
+_GELU_APPROXIMATE = {"none": "gelu", "tanh": "gelu_tanh"}
+_SEQUENTIAL_ACTIVATIONS = {nn.ReLU: "relu", nn.SiLU: "silu", nn.Sigmoid: "sigmoid"}
+
+
+class Replacement(NamedTuple):
+    """One swapped module: its qualified name (as in ``named_modules()``) and type names."""
+
+    name: str
+    old_type: str
+    new_type: str
+
+
+class PatchResult(list):
+    """The list of ``Replacement`` records of one ``patch``/``unpatch`` call, plus ``.model``.
+
+    ``.model`` is the model that was changed: the argument itself, or the patched deep copy
+    when ``patch(..., copy=True)``.
+    """
+
+    def __init__(self, model: nn.Module, records: Iterable[Replacement] = ()):
+        super().__init__(records)
+        self.model = model
+
+
+class PatchedGEGLU(nn.Module):
+    """Fused stand-in for a diffusers-style ``GEGLU`` block: ``x1 * gelu(x2)``, ``[x1 | x2] = proj(x)``.
+
+    Keeps the block's ``proj`` Linear as its only child, so parameters and state-dict keys
+    are those of the original block. ``activation`` is ``gelu`` (erf) or ``gelu_tanh``;
+    ``recompute`` as in ``fusedmlp.geglu`` (same default as ``fusedmlp.GEGLU``).
+    """
+
+    def __init__(self, proj: nn.Linear, activation: str = "gelu", recompute: bool = True):
+        super().__init__()
+        self.proj = proj
+        self.activation = activation
+        self.recompute = recompute
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return geglu(x, self.proj.weight, self.proj.bias, recompute=self.recompute, activation=self.activation)
+
+    def extra_repr(self) -> str:
+        return f"activation={self.activation}, recompute={self.recompute}"
+
+
+class _Swap(NamedTuple):
+    parent: nn.Module
+    key: str
+    name: str
+    original: nn.Module
+    replacement: nn.Module
+
+    def record(self, restore: bool = False) -> Replacement:
+        old, new = (self.replacement, self.original) if restore else (self.original, self.replacement)
+        return Replacement(self.name, type(old).__name__, type(new).__name__)
+
+
+def patch(model: nn.Module, *, copy: bool = False, recompute: Optional[bool] = None) -> PatchResult:
+    """Replace the MLP blocks of ``model`` by fused modules (rules in this module's docstring).
+
+    Args:
+        model: any ``nn.Module``; changed in place unless ``copy``.
+        copy: patch a ``copy.deepcopy`` of ``model`` instead and leave ``model`` untouched.
+        recompute: None keeps each fused module's default; a bool is passed on to the
+            ``SwiGLU`` and GEGLU replacements (True: save only the input for the backward).
+
+    Returns:
+        A ``PatchResult``: a list of ``Replacement(name, old_type, new_type)`` records, one
+        per replaced submodule in traversal order (a fused Sequential pair gives two: the
+        Linear and its activation), with ``.model`` the patched model (``model`` itself, or
+        the copy when ``copy=True``). Patching an already patched model returns an empty list.
+    """
+    _check_module(model)
+    if recompute is not None and not isinstance(recompute, bool):
+        raise TypeError(f"recompute must be None or a bool, got {type(recompute).__name__}")
+    if copy:
+        model = _copy.deepcopy(model)
+    options = {} if recompute is None else {"recompute": recompute}
+    swaps = _plan(model, options)
+    for swap in swaps:
+        setattr(swap.parent, swap.key, swap.replacement)
+    if swaps:
+        vars(model).setdefault(_SWAPS_ATTR, []).extend(swaps)
+    return PatchResult(model, [swap.record() for swap in swaps])
+
+
+def unpatch(model: nn.Module) -> PatchResult:
+    """Undo every ``patch`` applied to ``model`` or to one of its submodules.
+
+    The original module objects are put back where they were. A slot changed again after
+    patching is left as it is, with a warning. Returns a ``PatchResult`` of
+    ``Replacement(name, fused_type, restored_type)`` records, ``.model`` being ``model``.
+    """
+    _check_module(model)
+    restored = []
+    for holder in [m for m in model.modules() if _SWAPS_ATTR in vars(m)]:
+        for swap in vars(holder).pop(_SWAPS_ATTR):
+            if swap.parent._modules.get(swap.key) is swap.replacement:
+                setattr(swap.parent, swap.key, swap.original)
+                restored.append(swap.record(restore=True))
+            else:
+                warnings.warn(f"fusedmlp.unpatch: {swap.name!r} was replaced after patching; left as it is",
+                              stacklevel=2)
+    return PatchResult(model, restored)
+
+
+def _check_module(model) -> None:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def _plan(model: nn.Module, options: Dict[str, bool]) -> List[_Swap]:
+    """All swaps to make, found before any is made (the tree must not change while walked)."""
+    swaps = []
+    replacements = {}  # id(original) -> replacement: a block shared by several parents stays shared
+    for parent_name, parent in model.named_modules():
+        for key, child in parent._modules.items():
+            if child is None:
+                continue
+            replacement = replacements.get(id(child))
+            if replacement is None:
+                replacement = _replace_block(child, options)
+            if replacement is not None:
+                replacements[id(child)] = replacement
+                swaps.append(_Swap(parent, key, _join(parent_name, key), child, replacement))
+        if isinstance(parent, nn.Sequential) and type(parent).forward is nn.Sequential.forward:
+            swaps.extend(_fuse_sequential(parent, parent_name))
+    return swaps
+
+
+def _replace_block(module: nn.Module, options: Dict[str, bool]) -> Optional[nn.Module]:
+    """The fused replacement of a SwiGLU or GEGLU block (rules 1 and 2), or None."""
+    if not _is_plain(module) or _has_own_state(module):
+        return None
+    projections = _swiglu_projections(module)
+    if projections is not None:
+        return SwiGLU.from_projections(*projections, **options)
+    activation = _geglu_activation(module)
+    if activation is not None:
+        return PatchedGEGLU(module.proj, activation, **options)
+    return None
+
+
+def _fuse_sequential(seq: nn.Sequential, seq_name: str) -> List[_Swap]:
+    """Rule 3: each plain Linear directly followed by a supported activation module."""
+    swaps = []
+    items = list(seq._modules.items())
+    for (lin_key, linear), (act_key, act) in itertools.pairwise(items):
+        activation = _sequential_activation(act)
+        if activation is not None and _is_plain_linear(linear):
+            swaps.append(_Swap(seq, lin_key, _join(seq_name, lin_key), linear,
+                               FusedLinear.from_linear(linear, activation=activation)))
+            swaps.append(_Swap(seq, act_key, _join(seq_name, act_key), act, nn.Identity()))
+    return swaps
+
+
+def _sequential_activation(module) -> Optional[str]:
+    if type(module) is nn.GELU:
+        activation = _GELU_APPROXIMATE.get(module.approximate)
+    else:
+        activation = _SEQUENTIAL_ACTIVATIONS.get(type(module))
+    return activation if activation is not None and _is_plain(module) else None
+
+
+def _swiglu_projections(module: nn.Module) -> Optional[Tuple[nn.Linear, nn.Linear, nn.Linear]]:
+    """Rule 1: ``(gate_proj, up_proj, down_proj)`` of a SwiGLU feed-forward, or None."""
+    children = set(module._modules)
+    if not set(_SWIGLU_PROJECTIONS) <= children <= {*_SWIGLU_PROJECTIONS, "act_fn"}:
+        return None
+    gate, up, down = (module._modules[name] for name in _SWIGLU_PROJECTIONS)
+    if not all(_is_plain_linear(p) and p.bias is None for p in (gate, up, down)):
+        return None
+    if gate.weight.shape != up.weight.shape or down.in_features != gate.out_features:
+        return None
+    if len({(p.weight.dtype, p.weight.device) for p in (gate, up, down)}) != 1:
+        return None
+    if not _is_silu(getattr(module, "act_fn", None)) or not _forward_is_swiglu(type(module).forward):
+        return None
+    return gate, up, down
+
+
+def _geglu_activation(module: nn.Module) -> Optional[str]:
+    """Rule 2: the fused activation name of a diffusers-style GEGLU block, or None."""
+    if type(module).__name__ != "GEGLU" or set(module._modules) != {"proj"}:
+        return None
+    proj = module.proj
+    if not _is_plain_linear(proj) or proj.out_features % 2:
+        return None
+    approximate = getattr(module, "approximate", "none")
+    return _GELU_APPROXIMATE.get(approximate) if isinstance(approximate, str) else None
+
+
+def _is_plain(module: nn.Module) -> bool:
+    """No hooks and no per-instance forward: calling it runs exactly its class's forward."""
+    hooks = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks, module._backward_pre_hooks)
+    return "forward" not in vars(module) and not any(hooks)
+
+
+def _is_plain_linear(module) -> bool:
+    return type(module) is nn.Linear and _is_plain(module)
+
+
+def _has_own_state(module: nn.Module) -> bool:
+    return any(True for _ in module.parameters(recurse=False)) or any(True for _ in module.buffers(recurse=False))
+
+
+def _is_silu(act) -> bool:
+    """``F.silu``, or a stateless module that computes SiLU on a probe tensor."""
+    if act is F.silu:
+        return True
+    if not isinstance(act, nn.Module) or not _is_plain(act) or _has_own_state(act) or any(True for _ in act.children()):
+        return False
+    probe = torch.linspace(-12.0, 12.0, steps=97, dtype=torch.float32, device="cpu")
+    expected = F.silu(probe)
+    try:
+        with torch.no_grad():
+            out = act(probe.clone())  # a clone: an in-place activation must not alter the probe
+    except Exception:  # whatever cannot even run on the probe is not SiLU
+        return False
+    return (isinstance(out, torch.Tensor) and out.shape == expected.shape and out.dtype == expected.dtype
+            and torch.allclose(out, expected, rtol=1e-5, atol=1e-6))
+
+
+@functools.cache
+def _forward_is_swiglu(forward) -> bool:
+    """Whether the source of ``forward`` is one of ``_SWIGLU_RETURNS`` (see rule 1)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(forward)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    fn = tree.body[0] if tree.body else None
+    if not isinstance(fn, ast.FunctionDef) or fn.decorator_list:
+        return False
+    args = fn.args
+    if args.posonlyargs or args.vararg or args.kwonlyargs or args.kwarg or args.defaults or len(args.args) != 2:
+        return False
+    returned = _returned_expression(fn.body)
+    if returned is None:
+        return False
+    self_name, x_name = (arg.arg for arg in args.args)
+    return any(ast.dump(returned) == ast.dump(ast.parse(template.format(s=self_name, x=x_name)).body[0].value)
+               for template in _SWIGLU_RETURNS)
+
+
+def _returned_expression(body: List[ast.stmt]) -> Optional[ast.expr]:
+    """The expression of ``return e`` or of ``v = e; return v`` (after a docstring), else None."""
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]
+    if len(body) == 1 and isinstance(body[0], ast.Return):
+        return body[0].value
+    if len(body) == 2 and isinstance(body[0], ast.Assign) and isinstance(body[1], ast.Return):
+        targets, returned = body[0].targets, body[1].value
+        if (len(targets) == 1 and isinstance(targets[0], ast.Name) and isinstance(returned, ast.Name)
+                and returned.id == targets[0].id):
+            return body[0].value
+    return None

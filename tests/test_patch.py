@@ -1,0 +1,380 @@
+"""``fusedmlp.patch`` / ``unpatch`` on a real Hugging Face Llama, nn.Sequential stacks and GEGLU blocks.
+
+Every check compares the patched model with an unpatched copy on the same inputs: outputs and
+the gradient of every parameter, state-dict keys, and identity of the parameter objects
+(patching shares them, it never copies them).
+"""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import rel_err
+from torch import nn
+
+import fusedmlp
+from fusedmlp.nn.patch import PatchedGEGLU
+
+F64 = torch.float64
+# The interpreter computes in the parameters' dtype; the rest of the model is PyTorch's.
+MODEL_TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-10}
+
+
+# --------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------
+def _tiny_llama(**config):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=88, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=101, **config,
+    )
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+class GatedMLP(nn.Module):
+    """A LlamaMLP look-alike of an unknown class, with any activation."""
+
+    def __init__(self, dim, hidden, act_fn, bias=False):
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=bias)
+        self.up_proj = nn.Linear(dim, hidden, bias=bias)
+        self.down_proj = nn.Linear(hidden, dim, bias=bias)
+        self.act_fn = act_fn
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class ScaledGatedMLP(GatedMLP):
+    def forward(self, x):
+        return 0.5 * self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DroppedGatedMLP(GatedMLP):
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, x):
+        return self.down_proj(self.dropout(self.act_fn(self.gate_proj(x)) * self.up_proj(x)))
+
+
+class LearnableSwish(nn.Module):
+    """``x * sigmoid(beta * x)``: SiLU at initialisation, but not once beta is trained."""
+
+    def __init__(self):
+        super().__init__()
+        self.beta = nn.Parameter(torch.ones(()))
+
+    def forward(self, x):
+        return x * torch.sigmoid(self.beta * x)
+
+
+class GEGLU(nn.Module):
+    """The diffusers GEGLU block."""
+
+    def __init__(self, dim_in, dim_out, approximate="none", bias=True):
+        super().__init__()
+        self.proj = nn.Linear(dim_in, dim_out * 2, bias=bias)
+        self.approximate = approximate
+
+    def forward(self, x):
+        hidden, gate = self.proj(x).chunk(2, dim=-1)
+        return hidden * F.gelu(gate, approximate=self.approximate)
+
+
+class FeedForward(nn.Module):
+    """The diffusers FeedForward layout: ``net = [GEGLU, Dropout, Linear]``."""
+
+    def __init__(self, dim, inner, approximate="none", bias=True):
+        super().__init__()
+        self.net = nn.ModuleList([GEGLU(dim, inner, approximate, bias), nn.Dropout(0.0), nn.Linear(inner, dim)])
+
+    def forward(self, x):
+        for module in self.net:
+            x = module(x)
+        return x
+
+
+class Composite(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mlp = GatedMLP(16, 24, nn.SiLU())
+        self.ff = FeedForward(16, 12)
+        self.head = nn.Sequential(nn.Linear(16, 8), nn.SiLU(), nn.Linear(8, 1))
+
+    def forward(self, x):
+        return self.head(self.ff(self.mlp(x)))
+
+
+class Wrapper(nn.Module):
+    def __init__(self, *blocks):
+        super().__init__()
+        self.blocks = nn.ModuleList(blocks)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+# --------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------
+def _output(model, inputs):
+    out = model(inputs)
+    return getattr(out, "logits", out)  # a transformers model returns a ModelOutput
+
+
+def _output_and_grads(model, inputs, weights):
+    model.zero_grad(set_to_none=True)
+    out = _output(model, inputs)
+    (out * weights).sum().backward()
+    return out.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+def _assert_same_results(model, reference, inputs, tolerance):
+    """Outputs and all parameter gradients of ``sum(output * random)`` agree."""
+    with torch.no_grad():
+        weights = torch.randn_like(_output(reference, inputs))
+    ref_out, ref_grads = _output_and_grads(reference, inputs, weights)
+    out, grads = _output_and_grads(model, inputs, weights)
+    assert rel_err(out, ref_out) < tolerance, f"output: relative error {rel_err(out, ref_out):.3e}"
+    assert grads.keys() == ref_grads.keys()
+    for name, grad in grads.items():
+        err = rel_err(grad, ref_grads[name])
+        assert err < tolerance, f"grad of {name}: relative error {err:.3e}"
+
+
+def _snapshot(model):
+    """State-dict keys and parameter objects, to check that patching changes neither."""
+    return list(model.state_dict()), dict(model.named_parameters())
+
+
+def _assert_same_snapshot(model, snapshot):
+    keys, params = snapshot
+    assert list(model.state_dict()) == keys
+    now = dict(model.named_parameters())
+    assert now.keys() == params.keys()
+    assert all(now[name] is params[name] for name in params), "parameters were copied"
+
+
+# --------------------------------------------------------------------------------------
+# Hugging Face Llama
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype, recompute", [(torch.float32, None), (torch.float32, True), (F64, None)])
+def test_llama_patch_matches_and_unpatch_restores(dtype, recompute):
+    model = _tiny_llama().to(dtype)
+    reference = copy.deepcopy(model)
+    snapshot = _snapshot(model)
+    originals = [layer.mlp for layer in model.model.layers]
+    inputs = torch.randint(0, 101, (2, 9))
+
+    result = fusedmlp.patch(model, recompute=recompute)
+
+    assert result.model is model
+    assert [tuple(r) for r in result] == [(f"model.layers.{i}.mlp", "LlamaMLP", "SwiGLU") for i in range(2)]
+    for layer, original in zip(model.model.layers, originals):
+        assert type(layer.mlp) is fusedmlp.SwiGLU
+        assert layer.mlp.gate_proj is original.gate_proj and layer.mlp.down_proj is original.down_proj
+        assert recompute is None or layer.mlp.recompute is recompute
+    _assert_same_snapshot(model, snapshot)
+    _assert_same_results(model, reference, inputs, MODEL_TOLERANCE[dtype])
+
+    restored = fusedmlp.unpatch(model)
+
+    assert [tuple(r) for r in restored] == [(f"model.layers.{i}.mlp", "SwiGLU", "LlamaMLP") for i in range(2)]
+    assert all(layer.mlp is original for layer, original in zip(model.model.layers, originals))
+    _assert_same_snapshot(model, snapshot)
+    with torch.no_grad():
+        assert torch.equal(_output(model, inputs), _output(reference, inputs))
+
+
+def test_llama_copy_leaves_the_original_untouched():
+    model = _tiny_llama()
+    state = {name: t.clone() for name, t in model.state_dict().items()}
+
+    result = fusedmlp.patch(model, copy=True)
+
+    patched = result.model
+    assert patched is not model and len(result) == 2
+    assert all(type(layer.mlp).__name__ == "LlamaMLP" for layer in model.model.layers)
+    assert all(type(layer.mlp) is fusedmlp.SwiGLU for layer in patched.model.layers)
+    assert not {id(p) for p in model.parameters()} & {id(p) for p in patched.parameters()}
+    assert fusedmlp.unpatch(model) == []
+    _assert_same_results(patched, model, torch.randint(0, 101, (1, 6)), MODEL_TOLERANCE[torch.float32])
+    assert list(patched.state_dict()) == list(state)
+    assert all(torch.equal(t, state[name]) for name, t in model.state_dict().items())
+
+
+@pytest.mark.parametrize("config", [{"hidden_act": "gelu"}, {"mlp_bias": True}], ids=["gelu", "bias"])
+def test_llama_mlp_that_is_not_swiglu_is_left_alone(config):
+    model = _tiny_llama(**config)
+    assert fusedmlp.patch(model) == []
+    assert all(type(layer.mlp).__name__ == "LlamaMLP" for layer in model.model.layers)
+
+
+# --------------------------------------------------------------------------------------
+# Rule 1 on classes transformers does not know
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("act_fn", [nn.SiLU(), nn.SiLU(inplace=True), F.silu], ids=["SiLU", "inplace", "F.silu"])
+def test_swiglu_look_alike_is_replaced(act_fn):
+    model = Wrapper(GatedMLP(20, 37, act_fn), GatedMLP(20, 11, act_fn)).to(F64)
+    reference = copy.deepcopy(model)
+    snapshot = _snapshot(model)
+
+    result = fusedmlp.patch(model)
+
+    assert [tuple(r) for r in result] == [(f"blocks.{i}", "GatedMLP", "SwiGLU") for i in range(2)]
+    _assert_same_snapshot(model, snapshot)
+    _assert_same_results(model, reference, torch.randn(3, 5, 20, dtype=F64), MODEL_TOLERANCE[F64])
+
+
+def _with_hook(module, child=None):
+    (getattr(module, child) if child else module).register_forward_hook(lambda *args: None)
+    return module
+
+
+@pytest.mark.parametrize("make", [
+    lambda: GatedMLP(8, 12, nn.GELU()),
+    lambda: GatedMLP(8, 12, nn.Tanh()),
+    lambda: GatedMLP(8, 12, LearnableSwish()),
+    lambda: GatedMLP(8, 12, lambda x: x * torch.sigmoid(x)),
+    lambda: GatedMLP(8, 12, nn.SiLU(), bias=True),
+    lambda: ScaledGatedMLP(8, 12, nn.SiLU()),
+    lambda: DroppedGatedMLP(8, 12, nn.SiLU()),
+    lambda: _with_hook(GatedMLP(8, 12, nn.SiLU())),
+    lambda: _with_hook(GatedMLP(8, 12, nn.SiLU()), "up_proj"),
+], ids=["gelu", "tanh", "learnable-swish", "lambda", "bias", "scaled", "dropout", "hook", "child-hook"])
+def test_gated_mlp_that_may_not_be_swiglu_is_left_alone(make):
+    model = Wrapper(make())
+    block = model.blocks[0]
+    assert fusedmlp.patch(model) == []
+    assert model.blocks[0] is block
+
+
+# --------------------------------------------------------------------------------------
+# Rule 2: diffusers-style GEGLU
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("approximate, bias", [("none", True), ("tanh", True), ("none", False)])
+def test_geglu_block_is_replaced(approximate, bias):
+    model = Wrapper(FeedForward(24, 37, approximate, bias)).to(F64)
+    reference = copy.deepcopy(model)
+    snapshot = _snapshot(model)
+    proj = model.blocks[0].net[0].proj
+
+    result = fusedmlp.patch(model)
+
+    assert [tuple(r) for r in result] == [("blocks.0.net.0", "GEGLU", "PatchedGEGLU")]
+    fused = model.blocks[0].net[0]
+    assert type(fused) is PatchedGEGLU and fused.proj is proj
+    assert fused.activation == {"none": "gelu", "tanh": "gelu_tanh"}[approximate]
+    _assert_same_snapshot(model, snapshot)
+    _assert_same_results(model, reference, torch.randn(2, 7, 24, dtype=F64), MODEL_TOLERANCE[F64])
+
+
+def test_geglu_with_unknown_approximation_is_left_alone():
+    block = GEGLU(8, 6)
+    block.approximate = "sigmoid"
+    assert fusedmlp.patch(Wrapper(block)) == []
+
+
+# --------------------------------------------------------------------------------------
+# Rule 3: Linear + activation in nn.Sequential
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("activations, names", [
+    ((nn.ReLU(), nn.GELU(approximate="tanh"), nn.Sigmoid()), ["relu", "gelu_tanh", "sigmoid"]),
+    ((nn.GELU(), nn.SiLU(inplace=True), nn.ReLU(inplace=True)), ["gelu", "silu", "relu"]),
+], ids=["relu-gelu_tanh-sigmoid", "gelu-silu-relu"])
+def test_sequential_linear_activation_pairs_are_fused(activations, names):
+    act1, act2, act3 = activations
+    model = nn.Sequential(nn.Linear(13, 40), act1, nn.Linear(40, 24), act2, nn.Linear(24, 1), act3).to(F64)
+    reference = copy.deepcopy(model)
+    snapshot = _snapshot(model)
+    originals = list(model)
+
+    result = fusedmlp.patch(model)
+
+    assert len(result) == 6
+    assert [type(m) for m in model] == [fusedmlp.FusedLinear, nn.Identity] * 3
+    assert [m.activation for m in model[::2]] == names
+    _assert_same_snapshot(model, snapshot)
+    _assert_same_results(model, reference, torch.randn(3, 5, 13, dtype=F64), MODEL_TOLERANCE[F64])
+
+    assert len(fusedmlp.unpatch(model)) == 6
+    assert all(m is original for m, original in zip(model, originals))
+
+
+def test_sequential_pairs_that_are_not_linear_activation_are_left_alone():
+    class CustomSequential(nn.Sequential):
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    model = nn.Sequential(
+        nn.Linear(4, 4), nn.Tanh(),  # unsupported activation
+        nn.Linear(4, 4), nn.GELU(), nn.Linear(4, 4),  # the first pair is fused, not the Linear after it
+        fusedmlp.FusedLinear(4, 4, activation="identity"), nn.ReLU(),  # already fused
+        CustomSequential(nn.Linear(4, 4), nn.ReLU()),  # forward overridden
+        nn.Linear(4, 4),  # last: nothing follows
+    )
+    result = fusedmlp.patch(model)
+    assert [tuple(r) for r in result] == [("2", "Linear", "FusedLinear"), ("3", "GELU", "Identity")]
+
+
+# --------------------------------------------------------------------------------------
+# Idempotence, sharing, options, errors
+# --------------------------------------------------------------------------------------
+def test_patch_is_idempotent_and_unpatch_restores_everything():
+    model = Composite().to(F64)
+    reference = copy.deepcopy(model)
+    snapshot = _snapshot(model)
+    originals = dict(model.named_modules())
+
+    first = fusedmlp.patch(model.ff)  # a submodule first: unpatch(model) finds its record too
+    second = fusedmlp.patch(model)
+    patched = dict(model.named_modules())
+    again = fusedmlp.patch(model)
+
+    assert [r.new_type for r in first] == ["PatchedGEGLU"]
+    assert [r.new_type for r in second] == ["SwiGLU", "FusedLinear", "Identity"]
+    assert again == [] and again.model is model
+    assert all(patched[name] is module for name, module in model.named_modules())
+    _assert_same_snapshot(model, snapshot)
+    _assert_same_results(model, reference, torch.randn(5, 16, dtype=F64), MODEL_TOLERANCE[F64])
+
+    restored = fusedmlp.unpatch(model)
+
+    assert sorted(r.name for r in restored) == ["head.0", "head.1", "mlp", "net.0"]
+    assert dict(model.named_modules()).keys() == originals.keys()
+    assert all(originals[name] is module for name, module in model.named_modules())
+    assert fusedmlp.unpatch(model) == []
+
+
+def test_shared_block_gets_one_shared_replacement():
+    mlp = GatedMLP(8, 12, nn.SiLU())
+    model = Wrapper(mlp, mlp)
+
+    result = fusedmlp.patch(model)
+
+    assert len(result) == 2 and model.blocks[0] is model.blocks[1]
+    fusedmlp.unpatch(model)
+    assert model.blocks[0] is mlp and model.blocks[1] is mlp
+
+
+@pytest.mark.parametrize("recompute", [None, False, True])
+def test_recompute_is_passed_on(recompute):
+    model = Composite()
+    fusedmlp.patch(model, recompute=recompute)
+    assert model.mlp.recompute is (False if recompute is None else recompute)  # SwiGLU's default: False
+    assert model.ff.net[0].recompute is (True if recompute is None else recompute)  # GEGLU's default: True
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="nn.Module"):
+        fusedmlp.patch(lambda x: x)
+    with pytest.raises(TypeError, match="nn.Module"):
+        fusedmlp.unpatch([nn.Linear(2, 2)])
+    with pytest.raises(TypeError, match="recompute"):
+        fusedmlp.patch(Composite(), recompute="yes")
