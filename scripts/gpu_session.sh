@@ -32,6 +32,9 @@ if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
     for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
     grep -h -E "^FAILED|^ERROR|Timeout" "$OUT"/pytest_*.log | head -40
     for log in "$OUT"/pytest_*.log; do echo "$(basename "$log"): $(tail -n 1 "$log")"; done
+    # one file back instead of one per test file (the device tool returns a limited number)
+    for log in "$OUT"/pytest_test_*.log; do echo "=== $log"; cat "$log"; done > "$OUT/pytest.log"
+    rm -f "$OUT"/pytest_test_*.log
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
     for suite in ${SUITES:-geglu}; do

@@ -115,6 +115,26 @@ def test_tma_kernels(device, monkeypatch, dtype, activation, save_preact):
     run_check(tensors, g, dtype, activation, save_preact, "tma")
 
 
+@pytest.mark.parametrize("tma", [False, True], ids=["pointer", "tma"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("activation,save_preact", [("gelu_tanh", False), ("sigmoid", False), ("silu", True),
+                                                    ("identity", False)])
+def test_fused_dgrad_kernel(device, monkeypatch, tma, dtype, activation, save_preact):
+    """The opt-in dgrad kernel with act' applied inside its main loop (FUSEDMLP_FUSED_DGRAD=1)."""
+    import fusedmlp.ops.linear_act as ops
+
+    monkeypatch.setattr(ops, "FUSED_DGRAD", True)
+    if tma and device == "cuda" and (dtype == torch.float32 or torch.cuda.get_device_capability()[0] < 9):
+        pytest.skip("the TMA path is for 16-bit inputs on Hopper")
+    if tma and device == "cpu":
+        monkeypatch.setattr(ops, "tma_eligible", lambda *tensors: True)
+        monkeypatch.setattr(ops, "num_sms", lambda t: 3)
+    if not tma:
+        monkeypatch.setattr(ops, "tma_eligible", lambda *tensors: False)
+    tensors, g = make_inputs((77,), 72, 40, device)
+    run_check(tensors, g, dtype, activation, save_preact, "fused dgrad")
+
+
 @pytest.mark.parametrize("activation", ["gelu", "relu"])
 def test_backward_in_row_chunks(device, monkeypatch, activation):
     import fusedmlp.ops._common as common

@@ -57,6 +57,13 @@ _LINEAR_DGRAD_TILES = [
     ({"BLOCK_N": 32, "BLOCK_K": 128, "GROUP_M": 8}, 4, 5),
 ]
 
+# The dpre stream (g * act'(pre) and the db partials): BLOCK_M as the dgrad's; no dot.
+_LINEAR_DPRE_TILES = [
+    ({"BLOCK_N": 128, "GROUP_M": 8}, 8, 1),
+    ({"BLOCK_N": 64, "GROUP_M": 8}, 4, 1),
+    ({"BLOCK_N": 256, "GROUP_M": 8}, 8, 1),
+]
+
 # Block shape of each tensor-descriptor argument, by argument name, as meta-parameter names.
 # Names not listed are output-shaped: [BLOCK_M, BLOCK_N] tiles of y, h, g, dh, pre, ...
 _DESCRIPTOR_BLOCKS = {
@@ -90,6 +97,7 @@ LINEAR_CONFIGS = _configs(_LINEAR_TILES)
 LINEAR_TMA_CONFIGS = _configs(_LINEAR_TILES, tma=True)
 LINEAR_DGRAD_CONFIGS = _configs(_LINEAR_DGRAD_TILES)
 LINEAR_DGRAD_TMA_CONFIGS = _configs(_LINEAR_DGRAD_TILES, tma=True)
+LINEAR_DPRE_CONFIGS = _configs(_LINEAR_DPRE_TILES)
 # fp64 on GPU: no tensor cores and 8-byte elements; small tiles keep it out of local memory.
 FP64_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
 # The interpreter's cost is per program: larger tiles, one config.
@@ -107,6 +115,7 @@ class Launcher:
 
     def __init__(self, kernel, configs, key, fixed=None):
         self.kernel = kernel
+        self.params = set(kernel.arg_names)
         self.fixed = dict(fixed or {})
         first = configs[0]
         self.default = dict(first.kwargs, num_warps=first.num_warps, num_stages=first.num_stages)
@@ -114,7 +123,8 @@ class Launcher:
         self.tuned = triton.autotune(configs=configs, key=key)(kernel) if AUTOTUNE and not INTERPRET else None
 
     def _run_fixed(self, grid, args, kwargs, meta):
-        meta = dict(meta, **self.fixed)
+        # the shared fixed configs name every block size; a kernel takes the ones it has
+        meta = {k: v for k, v in dict(meta, **self.fixed).items() if k in self.params or k.startswith("num_")}
         if self.pre_hook is not None:
             self.pre_hook(dict(kwargs, **meta))
         return self.kernel[grid](*args, **kwargs, **meta)

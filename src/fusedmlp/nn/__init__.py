@@ -1,5 +1,8 @@
-"""Drop-in ``nn.Module`` layers built on the fused ops."""
+"""Drop-in ``nn.Module`` layers built on the fused ops, and ``patch`` for existing models."""
 
 from .glu import GEGLU
+from .linear_act import FusedLinear
+from .patch import patch, unpatch
+from .swiglu import SwiGLU
 
-__all__ = ["GEGLU"]
+__all__ = ["GEGLU", "FusedLinear", "SwiGLU", "patch", "unpatch"]

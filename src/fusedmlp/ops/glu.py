@@ -228,11 +228,11 @@ def _(g, x, w1, w2, b1, b2, h, act, wd, store_z):
     return x.new_empty((m, 2 * out)), db, x.new_empty((m, out) if store_z else (0,))
 
 
-def glu_backward_dh(*args, **kwargs):
-    """``glu_backward_dh_impl`` in eager mode; its custom op (opaque to the tracer) under torch.compile."""
-    if torch.compiler.is_compiling():
-        return torch.ops.fusedmlp.glu_backward_dh(*args, **kwargs)
-    return glu_backward_dh_impl(*args, **kwargs)
+def glu_backward_dh(traced: bool):
+    """The fused backward's entry: its custom op when ``traced`` (a backward formula that
+    torch.compile traces: the op is opaque to the tracer, which must not reach the kernel
+    launch with fake tensors), the plain implementation in eager mode."""
+    return torch.ops.fusedmlp.glu_backward_dh if traced else glu_backward_dh_impl
 
 
 # --------------------------------------------------------------------------------------
@@ -247,16 +247,17 @@ def _geglu_forward_impl(x, weight, bias, act, store_h):
     return glu_forward_impl(x, *_halves(weight, out), *_halves(bias, out), act, store_h)
 
 
-def _backward(grad_y, x, weight, bias, h, act, needs):
+def _backward(grad_y, x, weight, bias, h, act, needs, traced):
     """(dx, dW, db) or None where ``needs`` says it is not wanted, walking the rows in chunks
-    (``backward_row_chunks``) so that only one chunk's dh exists at a time."""
+    (``backward_row_chunks``) so that only one chunk's dh exists at a time. ``traced``: the
+    formula runs under torch.compile's tracing (custom ops only)."""
     needs_x, needs_w, needs_b = needs
     out = weight.shape[0] // 2
     grad_x = x.new_empty(x.shape) if needs_x else None
     grad_w = db = None
     for start, stop in backward_row_chunks(x.shape[0], GLU_BWD_BLOCK_M):
         rows = slice(start, stop)
-        dh, db_rows, _ = glu_backward_dh(
+        dh, db_rows, _ = glu_backward_dh(traced)(
             grad_y[rows], x[rows], *_halves(weight, out), *_halves(bias, out),
             None if h is None else h[rows], act, None, False,
         )
@@ -286,7 +287,7 @@ class _GEGLUFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y):
         x, weight, bias, h = ctx.saved_tensors
-        grads = _backward(grad_y, x, weight, bias, h, ctx.act, ctx.needs_input_grad[:3])
+        grads = _backward(grad_y, x, weight, bias, h, ctx.act, ctx.needs_input_grad[:3], traced=False)
         return (*grads, None, None)
 
 
@@ -321,7 +322,7 @@ def _geglu_op_backward(ctx, grad_y, grad_h):
     x, weight, bias, h = ctx.saved_tensors
     if grad_y is None:  # y did not reach the loss
         return None, None, None, None, None
-    grads = _backward(grad_y, x, weight, bias, h, ctx.act, ctx.needs_input_grad[:3])
+    grads = _backward(grad_y, x, weight, bias, h, ctx.act, ctx.needs_input_grad[:3], traced=True)
     return (*grads, None, None)
 
 

@@ -4,9 +4,12 @@
         y = act(x @ weight.T + bias)
 
 Forward: one kernel (GEMM + bias + activation on the tile). Backward (kernels/linear_act.py):
-the dgrad kernel forms ``dpre = g * act'(pre)`` on the tile inside its main loop and
-multiplies it by W straight away, writing dpre once on the side for the weight gradient
-``dW = dpre.T @ x`` (cuBLAS) and the per-row-block db partials (reduced in a fixed order).
+one streaming kernel forms ``dpre = g * act'(pre)`` and the per-row-block db partials (reduced
+in a fixed order: deterministic), then ``dx = dpre @ W`` and ``dW = dpre.T @ x`` run on cuBLAS.
+``FUSEDMLP_FUSED_DGRAD=1`` (read at import; or ``fusedmlp.ops.linear_act.FUSED_DGRAD``)
+switches dx to the fused dgrad kernel, which forms dpre on the tile inside its main loop and
+writes it on the side for dW; it measured several times slower than the default on an H200
+(kernels/linear_act.py gives the figures), so it is off by default.
 
 What the backward keeps (the ``save_preact`` switch):
 - ``save_preact=True``: the pre-activation ``[..., out]``.
@@ -26,6 +29,7 @@ Under torch.compile the same implementations run as custom ops:
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import torch
@@ -36,12 +40,14 @@ from ..kernels.configs import (
     LINEAR_DGRAD_BLOCK_M,
     LINEAR_DGRAD_CONFIGS,
     LINEAR_DGRAD_TMA_CONFIGS,
+    LINEAR_DPRE_CONFIGS,
     LINEAR_TMA_CONFIGS,
     Launcher,
 )
 from ..kernels.linear_act import (
     linear_act_dgrad_kernel,
     linear_act_dgrad_tma_kernel,
+    linear_act_dpre_kernel,
     linear_act_fwd_kernel,
     linear_act_fwd_tma_kernel,
 )
@@ -72,8 +78,11 @@ _DGRAD_KEY = ["M_KEY", "N", "K", "ACT", "FROM_OUTPUT", "HAS_BIAS", "STORE_DPRE"]
 _DGRAD_FIXED = {"BLOCK_M": LINEAR_DGRAD_BLOCK_M}
 _fwd_launcher = Launcher(linear_act_fwd_kernel, LINEAR_CONFIGS, key=_FWD_KEY)
 _fwd_tma_launcher = Launcher(linear_act_fwd_tma_kernel, LINEAR_TMA_CONFIGS, key=_FWD_KEY)
-_dgrad_launcher = Launcher(linear_act_dgrad_kernel, LINEAR_DGRAD_CONFIGS, key=_DGRAD_KEY + ["COMPUTE_DX"],
-                           fixed=_DGRAD_FIXED)
+_dgrad_launcher = Launcher(linear_act_dgrad_kernel, LINEAR_DGRAD_CONFIGS, key=_DGRAD_KEY, fixed=_DGRAD_FIXED)
+_dpre_launcher = Launcher(linear_act_dpre_kernel, LINEAR_DPRE_CONFIGS, key=["M_KEY", "N", "ACT", "FROM_OUTPUT",
+                          "HAS_BIAS", "STORE_DPRE"], fixed=_DGRAD_FIXED)
+# dx through the fused dgrad kernel instead of dpre stream + cuBLAS (see the module docstring)
+FUSED_DGRAD = os.environ.get("FUSEDMLP_FUSED_DGRAD", "0") not in ("", "0")
 _dgrad_tma_launcher = Launcher(linear_act_dgrad_tma_kernel, LINEAR_DGRAD_TMA_CONFIGS, key=_DGRAD_KEY,
                                fixed=_DGRAD_FIXED)
 
@@ -116,40 +125,62 @@ def _launch_fwd(x, weight, bias, act, store_pre):
 def _launch_backward(g, a, weight, act, from_output, has_bias, store_dpre, compute_dx):
     m, n = g.shape
     k = weight.shape[1]
-    dx = torch.empty((m, k) if compute_dx else (0,), dtype=g.dtype, device=g.device)
+    fused_dgrad = FUSED_DGRAD and compute_dx
+    store_dpre = store_dpre or (compute_dx and not fused_dgrad)  # the cuBLAS dgrad reads it
     dpre = torch.empty((m, n) if store_dpre else (0,), dtype=g.dtype, device=g.device)
     acc_torch = acc_dtypes(g.dtype)[1]
     db_partial = torch.empty(
         (triton.cdiv(m, LINEAR_DGRAD_BLOCK_M), n) if has_bias else (0,), dtype=acc_torch, device=g.device
     )
-    if m == 0 or n == 0 or k == 0:
-        if compute_dx:
-            dx.zero_()
+    if m == 0 or n == 0:
+        dx = torch.zeros((m, k) if compute_dx else (0,), dtype=g.dtype, device=g.device)
         return dx, dpre, torch.zeros((n,) if has_bias else (0,), dtype=acc_torch, device=g.device)
     a = g if act == "identity" else a  # identity reads no activation
-    common = dict(M=m, N=n, K=k, M_KEY=autotune_m_key(m), ACT=act, FROM_OUTPUT=from_output,
+    common = dict(M=m, N=n, M_KEY=autotune_m_key(m), ACT=act, FROM_OUTPUT=from_output,
                   HAS_BIAS=has_bias, STORE_DPRE=store_dpre)
     db_ptr = db_partial if has_bias else g
-    if compute_dx and tma_eligible(g, a, weight, dx, *((dpre,) if store_dpre else ())):
-        _dgrad_tma_launcher.launch(
-            persistent_grid(num_sms(g), m, k, "BLOCK_M", "BLOCK_K"),
-            g_desc=descriptor(g), a_desc=descriptor(a), w_desc=descriptor(weight), dx_desc=descriptor(dx),
-            dpre_desc=descriptor(dpre if store_dpre else g), db_partial_ptr=db_ptr, NUM_SMS=num_sms(g),
-            **common, **dot_meta(g.dtype),
-        )
+    dpre_ptr = dpre if store_dpre else g
+    if fused_dgrad:
+        dx = _launch_fused_dgrad(g, a, weight, dpre_ptr, db_ptr, common)
     else:
-        tiles_m = triton.cdiv(m, LINEAR_DGRAD_BLOCK_M)
-        grid = lambda meta: (tiles_m * (triton.cdiv(k, meta["BLOCK_K"]) if compute_dx else 1),)  # noqa: E731
-        _dgrad_launcher.launch(
-            grid, g, a, weight, dx if compute_dx else g, dpre if store_dpre else g, db_ptr,
+        grid = lambda meta: (triton.cdiv(m, LINEAR_DGRAD_BLOCK_M) * triton.cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
+        _dpre_launcher.launch(
+            grid, g, a, dpre_ptr, db_ptr,
             stride_gm=g.stride(0), stride_gn=g.stride(1), stride_am=a.stride(0), stride_an=a.stride(1),
-            stride_wn=weight.stride(0), stride_wk=weight.stride(1),
-            stride_dxm=dx.stride(0) if compute_dx else 0, stride_dpm=dpre.stride(0) if store_dpre else 0,
-            COMPUTE_DX=compute_dx, **common, **dot_meta(g.dtype), fp64=g.dtype == torch.float64,
+            stride_dpm=dpre.stride(0) if store_dpre else 0,
+            **common, ACC_DTYPE=acc_dtypes(g.dtype)[0], fp64=g.dtype == torch.float64,
         )
+        dx = torch.mm(dpre, weight) if compute_dx else g.new_empty((0,))
     # Fixed-order reduction of the per-row-block partials: same bits on every run.
     db = db_partial.sum(dim=0) if has_bias else db_partial
     return dx, dpre, db
+
+
+def _launch_fused_dgrad(g, a, weight, dpre_ptr, db_ptr, common):
+    """dx = (g * act'(a)) @ weight in one kernel; dpre and db partials written on the side."""
+    m, n = g.shape
+    k = weight.shape[1]
+    dx = torch.empty((m, k), dtype=g.dtype, device=g.device)
+    if k == 0:
+        return dx
+    store_dpre = common["STORE_DPRE"]
+    if tma_eligible(g, a, weight, dx, *((dpre_ptr,) if store_dpre else ())):
+        _dgrad_tma_launcher.launch(
+            persistent_grid(num_sms(g), m, k, "BLOCK_M", "BLOCK_K"),
+            g_desc=descriptor(g), a_desc=descriptor(a), w_desc=descriptor(weight), dx_desc=descriptor(dx),
+            dpre_desc=descriptor(dpre_ptr), db_partial_ptr=db_ptr, K=k, NUM_SMS=num_sms(g),
+            **common, **dot_meta(g.dtype),
+        )
+        return dx
+    grid = lambda meta: (triton.cdiv(m, LINEAR_DGRAD_BLOCK_M) * triton.cdiv(k, meta["BLOCK_K"]),)  # noqa: E731
+    _dgrad_launcher.launch(
+        grid, g, a, weight, dx, dpre_ptr, db_ptr,
+        stride_gm=g.stride(0), stride_gn=g.stride(1), stride_am=a.stride(0), stride_an=a.stride(1),
+        stride_wn=weight.stride(0), stride_wk=weight.stride(1), stride_dxm=dx.stride(0),
+        stride_dpm=dpre_ptr.stride(0) if store_dpre else 0, K=k,
+        **common, **dot_meta(g.dtype), fp64=g.dtype == torch.float64,
+    )
+    return dx
 
 
 # --------------------------------------------------------------------------------------
@@ -203,15 +234,16 @@ def _saved_mode(act: str, store_pre: bool) -> str:
     return "output" if act in DERIVATIVE_FROM_OUTPUT else "recompute"
 
 
-def _backward(grad_y, x, weight, bias, saved, act, mode, needs):
-    """(dx, dW, db), None where ``needs`` says it is not wanted; rows walked in chunks."""
+def _backward(grad_y, x, weight, bias, saved, act, mode, needs, traced):
+    """(dx, dW, db), None where ``needs`` says it is not wanted; rows walked in chunks.
+    ``traced``: the formula runs under torch.compile's tracing, so it calls the custom ops (the
+    tracer must not reach a kernel launch with fake tensors)."""
     needs_x, needs_w, needs_b = needs
     has_bias = bias is not None and needs_b
     if not (needs_x or needs_w or has_bias):
         return None, None, None
-    compiling = torch.compiler.is_compiling()
-    backward = torch.ops.fusedmlp.linear_act_backward if compiling else _backward_impl
-    forward = torch.ops.fusedmlp.linear_act if compiling else linear_act_forward_impl
+    backward = torch.ops.fusedmlp.linear_act_backward if traced else _backward_impl
+    forward = torch.ops.fusedmlp.linear_act if traced else linear_act_forward_impl
     grad_x = x.new_empty(x.shape) if needs_x else None
     grad_w = db = None
     for start, stop in backward_row_chunks(x.shape[0], LINEAR_DGRAD_BLOCK_M):
@@ -255,7 +287,7 @@ class _LinearActFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y):
         x, weight, bias, saved = ctx.saved_tensors
-        grads = _backward(grad_y, x, weight, bias, saved, ctx.act, ctx.mode, ctx.needs_input_grad[:3])
+        grads = _backward(grad_y, x, weight, bias, saved, ctx.act, ctx.mode, ctx.needs_input_grad[:3], False)
         return (*grads, None, None)
 
 
@@ -284,7 +316,7 @@ def _op_backward(ctx, grad_y, grad_pre):
     if grad_y is None:
         return None, None, None, None, None
     x, weight, bias, saved = ctx.saved_tensors
-    grads = _backward(grad_y, x, weight, bias, saved, ctx.act, ctx.mode, ctx.needs_input_grad[:3])
+    grads = _backward(grad_y, x, weight, bias, saved, ctx.act, ctx.mode, ctx.needs_input_grad[:3], True)
     return (*grads, None, None)
 
 

@@ -47,8 +47,9 @@ def _forward_impl(x, w_gate, w_up, w_down, store_h):
     return z @ w_down.t(), h
 
 
-def _backward(grad_y, x, w_gate, w_up, w_down, h, needs):
-    """(dx, dW_gate, dW_up, dW_down), None where not needed; rows walked in chunks."""
+def _backward(grad_y, x, w_gate, w_up, w_down, h, needs, traced):
+    """(dx, dW_gate, dW_up, dW_down), None where not needed; rows walked in chunks.
+    ``traced``: the formula runs under torch.compile's tracing (custom ops only)."""
     needs_x, needs_gate, needs_up, needs_down = needs
     hidden = w_up.shape[0]
     grad_x = x.new_empty(x.shape) if needs_x else None
@@ -61,7 +62,7 @@ def _backward(grad_y, x, w_gate, w_up, w_down, h, needs):
     for start, stop in backward_row_chunks(x.shape[0], GLU_BWD_BLOCK_M):
         rows = slice(start, stop)
         x_rows, gy = x[rows], grad_y[rows]
-        dh, _, z = glu_backward_dh(
+        dh, _, z = glu_backward_dh(traced)(
             gy, x_rows, w_up, w_gate, None, None, None if h is None else h[rows], "silu", w_down, needs_down
         )
         d_up, d_gate = dh[:, :hidden], dh[:, hidden:]
@@ -92,7 +93,7 @@ class _SwiGLUFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y):
         x, w_gate, w_up, w_down, h = ctx.saved_tensors
-        return (*_backward(grad_y, x, w_gate, w_up, w_down, h, ctx.needs_input_grad[:4]), None)
+        return (*_backward(grad_y, x, w_gate, w_up, w_down, h, ctx.needs_input_grad[:4], traced=False), None)
 
 
 @torch.library.custom_op("fusedmlp::swiglu", mutates_args=())
@@ -118,7 +119,7 @@ def _op_backward(ctx, grad_y, grad_h):
     if grad_y is None:
         return None, None, None, None, None
     x, w_gate, w_up, w_down, h = ctx.saved_tensors
-    return (*_backward(grad_y, x, w_gate, w_up, w_down, h, ctx.needs_input_grad[:4]), None)
+    return (*_backward(grad_y, x, w_gate, w_up, w_down, h, ctx.needs_input_grad[:4], traced=True), None)
 
 
 torch.library.register_autograd("fusedmlp::swiglu", _op_backward, setup_context=_setup_context)
