@@ -2,7 +2,7 @@
 # One device-machine session (no network there): GPU tests, then benchmarks (SUITES, default geglu).
 # Runs from the repository root with the source tree on PYTHONPATH; pytest (and peers such as
 # liger-kernel) come from wheels carried in .whl/ when the image lacks them. Results land in $OUT.
-#   usage: [SUITES="geglu swiglu"] bash scripts/gpu_session.sh [tests|bench|all] [extra bench args...]
+#   usage: [SUITES="geglu swiglu"] [TEST_FILES="tests/test_glu.py ..."] bash scripts/gpu_session.sh [tests|bench|all] [extra bench args...]
 set -uo pipefail
 WHAT=${1:-all}; shift || true
 read -r -a PYTEST_ARGS <<< "${PYTEST_EXTRA:-}"
@@ -23,7 +23,7 @@ if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
     # one pytest process per test file, side by side: compiling kernels is CPU-bound and the
     # machine has many cores; the GPU has room for all of them
     pids=()
-    for file in tests/test_*.py; do
+    for file in ${TEST_FILES:-tests/test_*.py}; do
         name=$(basename "$file" .py)
         timeout "${TEST_TIMEOUT:-400}" python3 -m pytest -v -rf --durations=5 -p no:cacheprovider "$file" \
             "${PYTEST_ARGS[@]}" > "$OUT/pytest_$name.log" 2>&1 &

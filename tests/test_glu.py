@@ -381,8 +381,9 @@ def test_backward_in_row_chunks(device, monkeypatch, dtype, recompute):
     import fusedmlp.ops._common as common
 
     monkeypatch.setattr(common, "BWD_MIN_CHUNK_ROWS", 128)
+    monkeypatch.setattr(common, "BWD_CHUNK_BYTES", 0)  # chunk however small
     n = 700  # chunks of 256, 256 and 188 rows
-    assert len(common.backward_row_chunks(n, 128)) == 3
+    assert len(common.backward_row_chunks(n, 128, 1)) == 3
     x64, w64, b64, g64 = make_inputs((n,), 40, 24, dtype, device)
     cast = lambda t: t.to(dtype)  # noqa: E731
     check_against_reference(cast(x64), cast(w64), cast(b64), cast(g64), x64, w64, b64, g64, recompute, "chunked")
@@ -392,6 +393,7 @@ def test_torch_compile_with_row_chunks(device, monkeypatch):
     import fusedmlp.ops._common as common
 
     monkeypatch.setattr(common, "BWD_MIN_CHUNK_ROWS", 128)
+    monkeypatch.setattr(common, "BWD_CHUNK_BYTES", 0)  # chunk however small
     torch._dynamo.reset()
     backend = "inductor" if device == "cuda" else "aot_eager"
     x = torch.randn(300, 32, device=device, requires_grad=True)

@@ -140,7 +140,8 @@ def test_backward_in_row_chunks(device, monkeypatch, activation):
     import fusedmlp.ops._common as common
 
     monkeypatch.setattr(common, "BWD_MIN_CHUNK_ROWS", 128)
-    assert len(common.backward_row_chunks(300, 128)) == 3
+    monkeypatch.setattr(common, "BWD_CHUNK_BYTES", 0)  # chunk however small
+    assert len(common.backward_row_chunks(300, 128, 1)) == 3
     tensors, g = make_inputs((300,), 24, 40, device)
     run_check(tensors, g, torch.float32, activation, False, "chunked")
 

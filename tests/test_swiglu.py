@@ -88,6 +88,7 @@ def test_backward_in_row_chunks(device, monkeypatch, recompute):
     import fusedmlp.ops._common as common
 
     monkeypatch.setattr(common, "BWD_MIN_CHUNK_ROWS", 128)
+    monkeypatch.setattr(common, "BWD_CHUNK_BYTES", 0)  # chunk however small
     tensors, g = make_inputs((3, 100), 24, 40, device)  # 300 rows: chunks of 128, 128 and 44
     run_check(tensors, g, torch.float32, recompute, "chunked")
 

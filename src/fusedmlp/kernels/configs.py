@@ -50,11 +50,12 @@ _LINEAR_TILES = [
 # dgrad (dx = dpre @ W): the output tile is BLOCK_M x BLOCK_K, the loop runs over N in
 # BLOCK_N steps. BLOCK_M fixed (the host sizes the db partials from it).
 LINEAR_DGRAD_BLOCK_M = 128
-_LINEAR_DGRAD_TILES = [
+_LINEAR_DGRAD_TILES = [  # the first fits shared memory in fp32 too (it runs without autotuning)
+    ({"BLOCK_N": 32, "BLOCK_K": 128, "GROUP_M": 8}, 4, 3),
     ({"BLOCK_N": 64, "BLOCK_K": 256, "GROUP_M": 8}, 8, 3),
     ({"BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8}, 8, 4),
     ({"BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8}, 4, 4),
-    ({"BLOCK_N": 32, "BLOCK_K": 128, "GROUP_M": 8}, 4, 5),
+    ({"BLOCK_N": 32, "BLOCK_K": 128, "GROUP_M": 8}, 8, 4),
 ]
 
 # The dpre stream (g * act'(pre) and the db partials): BLOCK_M as the dgrad's; no dot.

@@ -135,15 +135,23 @@ def persistent_grid(sms: int, m: int, n: int, block_m: str = "BLOCK_M", block_n:
 
 
 # Backward passes walk the rows in chunks so that their largest transients (dh, dpre: one row
-# of N features per token) live one chunk at a time: up to BWD_MAX_CHUNKS chunks of at least
-# BWD_MIN_CHUNK_ROWS rows (GEMMs of that height still run at full speed).
+# of N features per token) live one chunk at a time: when those transients would exceed
+# BWD_CHUNK_BYTES in one piece, up to BWD_MAX_CHUNKS chunks of at least BWD_MIN_CHUNK_ROWS rows
+# (GEMMs of that height still run at full speed). Smaller backwards run in one piece: every
+# chunk costs host time (a dozen launches), which short GPU work cannot hide.
 BWD_MAX_CHUNKS = 4
 BWD_MIN_CHUNK_ROWS = 4096
+BWD_CHUNK_BYTES = 256 * 2**20
 
 
-def backward_row_chunks(m: int, block_m: int) -> list[tuple[int, int]]:
-    """(start, stop) row ranges; whole multiples of ``block_m`` (the kernels' row block) so
-    that each chunk's per-row-block partial sums line up, and slices stay aligned."""
+def backward_row_chunks(m: int, block_m: int, row_bytes: int = 0) -> list[tuple[int, int]]:
+    """(start, stop) row ranges for a backward whose transients take ``row_bytes`` per row.
+
+    Chunks are whole multiples of ``block_m`` (the kernels' row block), so that each chunk's
+    per-row-block partial sums line up and slices stay aligned.
+    """
+    if m * row_bytes <= BWD_CHUNK_BYTES:
+        return [(0, m)]
     rows = max(BWD_MIN_CHUNK_ROWS, triton.cdiv(m, BWD_MAX_CHUNKS))
     rows = triton.cdiv(rows, block_m) * block_m
     return [(start, min(start + rows, m)) for start in range(0, max(m, 1), rows)]

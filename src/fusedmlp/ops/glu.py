@@ -23,8 +23,8 @@ Backward memory modes: ``recompute=True`` saves only x (weight and bias are para
 recomputes h inside the backward kernel; ``recompute=False`` saves h too (2*out values per
 row), so the backward kernel only streams h and g. Then ``dW = dh.T @ x`` and
 ``dx = dh @ weight`` run on cuBLAS (through aten, so torch.compile sees them). The backward
-walks the rows in up to 4 chunks (``backward_row_chunks``) so that only one chunk's dh
-exists at a time; dW accumulates over the chunks in its own dtype (one rounding per chunk),
+walks the rows in up to 4 chunks when dh would exceed 256 MiB (``backward_row_chunks``), so
+that only one chunk's dh exists at a time; dW accumulates over the chunks in its own dtype (one rounding per chunk),
 db in fp32.
 """
 
@@ -255,7 +255,7 @@ def _backward(grad_y, x, weight, bias, h, act, needs, traced):
     out = weight.shape[0] // 2
     grad_x = x.new_empty(x.shape) if needs_x else None
     grad_w = db = None
-    for start, stop in backward_row_chunks(x.shape[0], GLU_BWD_BLOCK_M):
+    for start, stop in backward_row_chunks(x.shape[0], GLU_BWD_BLOCK_M, 2 * out * x.element_size()):
         rows = slice(start, stop)
         dh, db_rows, _ = glu_backward_dh(traced)(
             grad_y[rows], x[rows], *_halves(weight, out), *_halves(bias, out),

@@ -18,8 +18,8 @@ What the backward keeps (the ``save_preact`` switch):
   keeps anyway as its input, so the fused layer adds no activation memory of its own.
 - ``save_preact=False``, the others (gelu, gelu_tanh, silu): nothing but x; the backward
   recomputes pre with the forward kernel (one more GEMM), chunk by chunk.
-The backward walks the rows in up to 4 chunks, so that its ``[rows, out]`` transients (dpre,
-a recomputed pre) exist one chunk at a time.
+The backward walks the rows in up to 4 chunks when its ``[rows, out]`` transients (dpre, a
+recomputed pre) would exceed 256 MiB, so that they exist one chunk at a time.
 
 Under torch.compile the same implementations run as custom ops:
     fusedmlp::linear_act(x, weight, bias, act, store_pre) -> (y, pre)
@@ -246,7 +246,8 @@ def _backward(grad_y, x, weight, bias, saved, act, mode, needs, traced):
     forward = torch.ops.fusedmlp.linear_act if traced else linear_act_forward_impl
     grad_x = x.new_empty(x.shape) if needs_x else None
     grad_w = db = None
-    for start, stop in backward_row_chunks(x.shape[0], LINEAR_DGRAD_BLOCK_M):
+    transient_row_bytes = weight.shape[0] * x.element_size() * (2 if mode == "recompute" else 1)  # dpre (+ pre)
+    for start, stop in backward_row_chunks(x.shape[0], LINEAR_DGRAD_BLOCK_M, transient_row_bytes):
         rows = slice(start, stop)
         if mode == "recompute" and act != "identity":
             a = forward(x[rows], weight, bias, "identity", False)[0]  # pre, one chunk at a time

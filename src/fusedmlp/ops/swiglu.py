@@ -13,7 +13,8 @@ projection's input gradient ``g = gy @ w_down`` on the tile and forms the pair
 ``[d_up | d_gate] = [g * silu(gate) | g * up * silu'(gate)]`` on chip, writing it once as
 ``dh [M, 2*hidden]``, together with ``z`` for ``dW_down = gy.T @ z``. Then cuBLAS:
 ``[dW_up; dW_gate] = dh.T @ x`` (one product), ``dx = d_up @ w_up + d_gate @ w_gate``.
-The backward walks the rows in up to 4 chunks, so that dh and z exist one chunk at a time.
+The backward walks the rows in up to 4 chunks when dh and z would exceed 256 MiB, so that
+they exist one chunk at a time.
 
 Memory modes: ``recompute=False`` (default) keeps ``h = [up | gate]`` ([..., 2*hidden], as
 eager PyTorch and torch.compile keep the two products) and the backward kernel reads it;
@@ -59,7 +60,7 @@ def _backward(grad_y, x, w_gate, w_up, w_down, h, needs, traced):
     def accumulate(acc, a, b):  # acc + a @ b, summed over the chunks in a fixed order
         return a @ b if acc is None else acc.addmm_(a, b)
 
-    for start, stop in backward_row_chunks(x.shape[0], GLU_BWD_BLOCK_M):
+    for start, stop in backward_row_chunks(x.shape[0], GLU_BWD_BLOCK_M, 3 * hidden * x.element_size()):  # dh, z
         rows = slice(start, stop)
         x_rows, gy = x[rows], grad_y[rows]
         dh, _, z = glu_backward_dh(traced)(
