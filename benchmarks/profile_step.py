@@ -1,6 +1,10 @@
-"""Where the microseconds of one GEGLU forward+backward go: device kernels vs host gaps.
+"""Where the microseconds of one forward+backward go: device kernels vs host gaps.
 
-    python benchmarks/profile_step.py [D N] [--recompute|--store]
+    python benchmarks/profile_step.py [geglu|linear_act|swiglu] [D N [HIDDEN]] [--store]
+
+geglu: GEGLU(D, 4D) on N rows (``--store``: recompute=False); linear_act: FusedLinear(D,
+HIDDEN, gelu_tanh) (``--store``: save_preact=True); swiglu: SwiGLU(D, HIDDEN) (``--store``:
+recompute=False, its default; otherwise recompute=True).
 
 Runs the step under torch.profiler on a CUDA GPU and prints (1) the wall time per step,
 (2) the summed device time of the kernels of one step, (3) each kernel with its duration,
@@ -16,13 +20,21 @@ import fusedmlp
 
 
 def main(argv):
-    recompute = "--store" not in argv
+    store = "--store" in argv
+    op = next((a for a in argv if a in ("geglu", "linear_act", "swiglu")), "geglu")
     numbers = [int(a) for a in argv if a.isdigit()]
-    d, n = numbers if len(numbers) == 2 else (1024, 8192)
+    d, n = numbers[:2] if len(numbers) >= 2 else (1024, 8192)
+    hidden = numbers[2] if len(numbers) > 2 else 4 * d
     dev, dtype = "cuda", torch.bfloat16
     x = torch.randn(n, d, device=dev, dtype=dtype, requires_grad=True)
-    layer = fusedmlp.GEGLU(d, 4 * d, recompute=recompute).to(dev, dtype)
-    g = torch.randn(n, 4 * d, device=dev, dtype=dtype)
+    if op == "geglu":
+        layer = fusedmlp.GEGLU(d, hidden, recompute=not store)
+    elif op == "linear_act":
+        layer = fusedmlp.FusedLinear(d, hidden, activation="gelu_tanh", save_preact=store)
+    else:
+        layer = fusedmlp.SwiGLU(d, hidden, recompute=not store)
+    layer = layer.to(dev, dtype)
+    g = torch.randn_like(layer(x))
 
     def step():
         y = layer(x)
@@ -47,7 +59,7 @@ def main(argv):
     per_step = len(kernels) // 5
     last = kernels[-per_step:] if per_step else []
     device_us = sum(e.device_time for e in last)
-    print(f"GEGLU d={d} N={n} bf16 recompute={recompute}")
+    print(f"{op} d={d} hidden={hidden} N={n} bf16 store={store}")
     print(f"wall per step         {wall_us:9.1f} us (mean of {steps} back-to-back steps)")
     print(f"device kernels / step {device_us:9.1f} us ({per_step} kernels)")
     for e in last:
