@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib
 import datetime
 import json
 import platform
@@ -206,3 +207,20 @@ def summary_table(rows: list[Measurement], impl_order, peers):
         line += [(got[i].peak_mib if got[i] else None) for i in impls if i != "gemm"]
         table.append(line)
     return headers, table
+
+
+def module_importable(name: str) -> bool:
+    """Whether a peer library imports here (a broken install counts as absent)."""
+    try:
+        importlib.import_module(name)
+    except Exception:
+        return False
+    return True
+
+
+def available_impls(impls, max_autotune: bool = False, optional_peers: dict | None = None) -> list[str]:
+    """``impls`` in order, without compile_max unless asked for (it compiles for minutes) and
+    without the optional peers (impl -> module) that do not import on this machine."""
+    optional_peers = optional_peers or {}
+    return [i for i in impls if (i != "compile_max" or max_autotune)
+            and (i not in optional_peers or module_importable(optional_peers[i]))]

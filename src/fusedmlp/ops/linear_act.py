@@ -244,10 +244,12 @@ def _backward(grad_y, x, weight, bias, saved, act, mode, needs, traced):
         return None, None, None
     backward = torch.ops.fusedmlp.linear_act_backward if traced else _backward_impl
     forward = torch.ops.fusedmlp.linear_act if traced else linear_act_forward_impl
-    grad_x = x.new_empty(x.shape) if needs_x else None
-    grad_w = db = None
+    grad_x = grad_w = db = None
     transient_row_bytes = weight.shape[0] * x.element_size() * (2 if mode == "recompute" else 1)  # dpre (+ pre)
-    for start, stop in backward_row_chunks(x.shape[0], LINEAR_DGRAD_BLOCK_M, transient_row_bytes):
+    chunks = backward_row_chunks(x.shape[0], LINEAR_DGRAD_BLOCK_M, transient_row_bytes)
+    if needs_x and len(chunks) > 1:
+        grad_x = x.new_empty(x.shape)
+    for start, stop in chunks:
         rows = slice(start, stop)
         if mode == "recompute" and act != "identity":
             a = forward(x[rows], weight, bias, "identity", False)[0]  # pre, one chunk at a time
@@ -256,7 +258,9 @@ def _backward(grad_y, x, weight, bias, saved, act, mode, needs, traced):
         dx_rows, dpre, db_rows = backward(
             grad_y[rows], a, weight, act, mode == "output", has_bias, needs_w, needs_x
         )
-        if needs_x:
+        if needs_x and len(chunks) == 1:
+            grad_x = dx_rows  # one chunk: its dx is the gradient, no copy
+        elif needs_x:
             grad_x[rows] = dx_rows
         if needs_w:  # accumulated over the chunks in a fixed order
             grad_w = dpre.t() @ x[rows] if grad_w is None else grad_w.addmm_(dpre.t(), x[rows])

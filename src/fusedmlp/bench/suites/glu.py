@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..harness import Measurement, run_suite
+from ..harness import Measurement, available_impls, module_importable, run_suite
 from ..harness import summary_table as harness_summary_table
 
 NAME = "geglu"
@@ -43,21 +43,12 @@ MODES = ("fwd", "bwd", "fwd+bwd")
 
 
 def liger_available() -> bool:
-    try:
-        import liger_kernel.ops.geglu  # noqa: F401
-    except Exception:  # ImportError, or a broken install of a peer: leave it out
-        return False
-    return True
+    return module_importable("liger_kernel.ops.geglu")
 
 
 def default_impls(max_autotune: bool = False) -> list[str]:
     """Every implementation this machine can run (compile_max only when asked for)."""
-    impls = [i for i in IMPLS if i not in ("compile_max", "liger")]
-    if max_autotune:
-        impls.insert(impls.index("compile") + 1, "compile_max")
-    if liger_available():
-        impls.insert(impls.index("gemm"), "liger")
-    return impls
+    return available_impls(IMPLS, max_autotune, {"liger": "liger_kernel.ops.geglu"})
 
 
 def eager_geglu(x, weight, bias):

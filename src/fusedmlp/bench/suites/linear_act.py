@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ...ops.activations import activation_reference
-from ..harness import Measurement, run_suite
+from ..harness import Measurement, available_impls, run_suite
 from ..harness import summary_table as harness_summary_table
 
 NAME = "linear_act"
@@ -37,7 +37,7 @@ MODES = ("fwd", "bwd", "fwd+bwd")
 
 
 def default_impls(max_autotune: bool = False) -> list[str]:
-    return [i for i in IMPLS if i != "compile_max" or max_autotune]
+    return available_impls(IMPLS, max_autotune)
 
 
 def eager_linear_act(x, w, b):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..harness import Measurement, run_suite
+from ..harness import Measurement, available_impls, module_importable, run_suite
 from ..harness import summary_table as harness_summary_table
 
 NAME = "swiglu"
@@ -35,20 +35,12 @@ MODES = ("fwd", "bwd", "fwd+bwd")
 
 
 def liger_available() -> bool:
-    try:
-        import liger_kernel.ops.swiglu  # noqa: F401
-    except Exception:  # ImportError, or a broken install of a peer: leave it out
-        return False
-    return True
+    return module_importable("liger_kernel.ops.swiglu")
 
 
 def default_impls(max_autotune: bool = False) -> list[str]:
-    impls = [i for i in IMPLS if i not in ("compile_max", "liger")]
-    if max_autotune:
-        impls.insert(impls.index("compile") + 1, "compile_max")
-    if liger_available():
-        impls.insert(impls.index("gemm"), "liger")
-    return impls
+    """Every implementation this machine can run (compile_max only when asked for)."""
+    return available_impls(IMPLS, max_autotune, {"liger": "liger_kernel.ops.swiglu"})
 
 
 def eager_swiglu(x, w_gate, w_up, w_down):
