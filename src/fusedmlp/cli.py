@@ -54,7 +54,7 @@ def cmd_info(args) -> int:
     else:
         print("device   no CUDA GPU")
         print(f"backend  {'Triton interpreter' if INTERPRET else 'PyTorch reference'} on CPU tensors")
-    print(f"ops      geglu, linear_act, swiglu; activations: {', '.join(fusedmlp.ACTIVATIONS)}")
+    print(f"ops      geglu, linear_act, swiglu, lora_linear, fused_add_mul_activation; activations: {', '.join(fusedmlp.ACTIVATIONS)}")
     return 0
 
 
@@ -145,16 +145,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("suite", choices=sorted(SUITES), help="which op to benchmark")
     bench.add_argument("--shapes", type=_parse_shapes, default=None,
-                       help="a preset, 'default' or 'full', or a comma-separated list of shapes: geglu DxN "
+                       help="a preset (every suite has 'default'; geglu, linear_act and swiglu also 'full', lora "
+                            "'small') or a comma-separated list of shapes: geglu DxN "
                             "(model width x rows, e.g. 1024x8192; full: d in 1024..8192 x N in 4096..65536), "
                             "linear_act TOKENSxINxOUT (e.g. 16384x512x1792), swiglu TOKENSxDxHIDDEN "
-                            "(e.g. 16384x4096x14336)")
+                            "(e.g. 16384x4096x14336), lora TOKENSxDxR (e.g. 32768x4096x16), add_mul_act "
+                            "ROWSxCOLS (e.g. 32768x4096)")
     bench.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="default: bf16")
     bench.add_argument("--impls", default=None,
                        help="comma-separated subset of the suite's implementations (default: all available). "
                             "geglu: fused,fused_store,eager,compile,compile_max,liger,gemm; linear_act: "
                             "fused,fused_preact,eager,compile,compile_max,gemm; swiglu: fused,fused_recompute,"
-                            "eager,compile,compile_max,liger,gemm (liger when liger_kernel is installed)")
+                            "eager,compile,compile_max,liger,gemm (liger when liger_kernel is installed); lora: "
+                            "fused,eager,compile,compile_max,gemm; add_mul_act: fused_triton,fused_cuda,eager,"
+                            "compile")
     bench.add_argument("--max-autotune", action="store_true",
                        help="also time torch.compile(mode='max-autotune') (compiles for minutes)")
     bench.add_argument("--modes", default=None, help="comma-separated subset of fwd,bwd,fwd+bwd (default: all)")

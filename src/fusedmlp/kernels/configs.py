@@ -47,6 +47,15 @@ _LINEAR_TILES = [
     ({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, 4, 4),
     ({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}, 4, 4),
 ]
+# LoRA forward: the linear tiles plus an R_PAD-wide second accumulator and a [R_PAD, BLOCK_K]
+# tile of A per stage. The first config fits shared memory up to R_PAD = 64 (it runs without
+# autotuning); 128x256 with 3 stages fits only the small ranks (the tuner drops it otherwise).
+_LORA_TILES = [
+    ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, 8, 4),
+    ({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8}, 8, 3),
+    ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, 4, 4),
+    ({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, 4, 4),
+]
 # dgrad (dx = dpre @ W): the output tile is BLOCK_M x BLOCK_K, the loop runs over N in
 # BLOCK_N steps. BLOCK_M fixed (the host sizes the db partials from it).
 LINEAR_DGRAD_BLOCK_M = 128
@@ -72,6 +81,7 @@ _DESCRIPTOR_BLOCKS = {
     "gy_desc": ("BLOCK_M", "BLOCK_K"),   # the row operand of gy @ Wd (SwiGLU backward)
     "dx_desc": ("BLOCK_M", "BLOCK_K"),   # the output of dpre @ W
     "w_desc": ("BLOCK_N", "BLOCK_K"),    # nn.Linear weights [N, K]
+    "lora_a_desc": ("R_PAD", "BLOCK_K"),  # LoRA's A [r, K]: all its (padded) rows in one tile
     "w1_desc": ("BLOCK_N", "BLOCK_K"),
     "w2_desc": ("BLOCK_N", "BLOCK_K"),
     "wd_desc": ("BLOCK_K", "BLOCK_N"),   # a weight read as [K, N] (SwiGLU's down projection)
@@ -96,6 +106,8 @@ GLU_BWD_CONFIGS = _configs(_GLU_BWD_TILES)
 GLU_BWD_TMA_CONFIGS = _configs(_GLU_BWD_TILES, tma=True)
 LINEAR_CONFIGS = _configs(_LINEAR_TILES)
 LINEAR_TMA_CONFIGS = _configs(_LINEAR_TILES, tma=True)
+LORA_CONFIGS = _configs(_LORA_TILES)
+LORA_TMA_CONFIGS = _configs(_LORA_TILES, tma=True)
 LINEAR_DGRAD_CONFIGS = _configs(_LINEAR_DGRAD_TILES)
 LINEAR_DGRAD_TMA_CONFIGS = _configs(_LINEAR_DGRAD_TILES, tma=True)
 LINEAR_DPRE_CONFIGS = _configs(_LINEAR_DPRE_TILES)

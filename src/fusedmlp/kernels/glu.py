@@ -57,9 +57,9 @@ def _glu_h_tiles(
 ):
     """(x1, x2) tiles of the pre-activations for output columns ``cols``, in registers."""
     x1, x2 = xwT_mainloop(
-        x_ptr, w1_ptr, w2_ptr, rows, mask_rows, cols, mask_cols,
+        x_ptr, w1_ptr, w2_ptr, rows, mask_rows, cols, mask_cols, cols, mask_cols,
         K, stride_xm, stride_xk, stride_w1n, stride_w1k, stride_w2n, stride_w2k,
-        BLOCK_M, BLOCK_N, BLOCK_K, True, ACC_DTYPE, DOT_PRECISION, UPCAST,
+        BLOCK_M, BLOCK_N, BLOCK_N, BLOCK_K, True, ACC_DTYPE, DOT_PRECISION, UPCAST,
     )
     return _add_glu_bias(x1, x2, b1_ptr, b2_ptr, cols, mask_cols, HAS_BIAS, ACC_DTYPE)
 
@@ -72,8 +72,8 @@ def _glu_h_tiles_tma(
 ):
     """``_glu_h_tiles`` through descriptors; also returns the tile's columns and their mask."""
     x1, x2 = xwT_mainloop_tma(
-        x_desc, w1_desc, w2_desc, row_start, col_start, K,
-        BLOCK_M, BLOCK_N, BLOCK_K, True, ACC_DTYPE, DOT_PRECISION, UPCAST, False,
+        x_desc, w1_desc, w2_desc, row_start, col_start, col_start, K,
+        BLOCK_M, BLOCK_N, BLOCK_N, BLOCK_K, True, ACC_DTYPE, DOT_PRECISION, UPCAST, False,
     )
     cols = col_start + tl.arange(0, BLOCK_N)
     mask_cols = cols < OUT
@@ -160,9 +160,9 @@ def glu_bwd_dh_kernel(
         x2 = tl.load(h_ptrs + OUT, mask=mask, other=0.0).to(ACC_DTYPE)
     if G_GEMM:  # g = gy @ Wd: Wd read as the transposed weight of an [OUT, KG] product
         g, _ = xwT_mainloop(
-            g_ptr, wd_ptr, wd_ptr, rows, mask_rows, cols, mask_cols,
+            g_ptr, wd_ptr, wd_ptr, rows, mask_rows, cols, mask_cols, cols, mask_cols,
             KG, stride_gm, stride_gn, stride_wdn, stride_wdk, stride_wdn, stride_wdk,
-            BLOCK_M, BLOCK_N, BLOCK_K, False, ACC_DTYPE, DOT_PRECISION, UPCAST,
+            BLOCK_M, BLOCK_N, BLOCK_N, BLOCK_K, False, ACC_DTYPE, DOT_PRECISION, UPCAST,
         )
     else:
         g_ptrs = g_ptr + rows[:, None] * stride_gm + cols[None, :] * stride_gn
@@ -239,8 +239,8 @@ def glu_bwd_dh_tma_kernel(
             mask_cols = cols < OUT
         if G_GEMM:
             g, _ = xwT_mainloop_tma(
-                gy_desc, wd_desc, wd_desc, row_start, col_start, KG,
-                BLOCK_M, BLOCK_N, BLOCK_K, False, ACC_DTYPE, DOT_PRECISION, UPCAST, True,
+                gy_desc, wd_desc, wd_desc, row_start, col_start, col_start, KG,
+                BLOCK_M, BLOCK_N, BLOCK_N, BLOCK_K, False, ACC_DTYPE, DOT_PRECISION, UPCAST, True,
             )
         else:
             g = g_desc.load([row_start, col_start]).to(ACC_DTYPE)

@@ -59,9 +59,9 @@ def linear_act_fwd_kernel(
     """y[M, N] = act(x @ W.T + b); also pre[M, N] if STORE_PRE. y, pre: unit column stride."""
     rows, cols, mask_rows, mask_cols, _ = tile_indices(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     acc, _ = xwT_mainloop(
-        x_ptr, w_ptr, w_ptr, rows, mask_rows, cols, mask_cols,
+        x_ptr, w_ptr, w_ptr, rows, mask_rows, cols, mask_cols, cols, mask_cols,
         K, stride_xm, stride_xk, stride_wn, stride_wk, stride_wn, stride_wk,
-        BLOCK_M, BLOCK_N, BLOCK_K, False, ACC_DTYPE, DOT_PRECISION, UPCAST,
+        BLOCK_M, BLOCK_N, BLOCK_N, BLOCK_K, False, ACC_DTYPE, DOT_PRECISION, UPCAST,
     )
     pre, y = _bias_act_epilogue(acc, b_ptr, cols, mask_cols, ACT, HAS_BIAS, ACC_DTYPE)
     mask = mask_rows[:, None] & mask_cols[None, :]
@@ -84,8 +84,8 @@ def linear_act_fwd_tma_kernel(
     for tile_id in tl.range(tl.program_id(0), num_tiles_m * num_tiles_n, NUM_SMS):
         _, row_start, col_start = persistent_tile(tile_id, num_tiles_m, num_tiles_n, BLOCK_M, BLOCK_N, GROUP_M)
         acc, _ = xwT_mainloop_tma(
-            x_desc, w_desc, w_desc, row_start, col_start, K,
-            BLOCK_M, BLOCK_N, BLOCK_K, False, ACC_DTYPE, DOT_PRECISION, UPCAST, False,
+            x_desc, w_desc, w_desc, row_start, col_start, col_start, K,
+            BLOCK_M, BLOCK_N, BLOCK_N, BLOCK_K, False, ACC_DTYPE, DOT_PRECISION, UPCAST, False,
         )
         cols = col_start + tl.arange(0, BLOCK_N)
         pre, y = _bias_act_epilogue(acc, b_ptr, cols, cols < N, ACT, HAS_BIAS, ACC_DTYPE)

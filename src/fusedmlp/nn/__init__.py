@@ -2,7 +2,8 @@
 
 from .glu import GEGLU
 from .linear_act import FusedLinear
+from .lora import LoRALinear
 from .patch import patch, unpatch
 from .swiglu import SwiGLU
 
-__all__ = ["GEGLU", "FusedLinear", "SwiGLU", "patch", "unpatch"]
+__all__ = ["GEGLU", "FusedLinear", "LoRALinear", "SwiGLU", "patch", "unpatch"]

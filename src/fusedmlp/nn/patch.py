@@ -38,6 +38,18 @@ optimizers, checkpoints and weight tying keep working. The rules:
    ``fusedmlp.FusedLinear.from_linear(linear, activation)`` and the activation becomes
    ``nn.Identity()``: indices and keys are unchanged.
 
+4. **PEFT LoRA** ``Linear`` (``peft.tuners.lora.layer.Linear``, when ``peft`` is imported)
+   -> ``fusedmlp.LoRALinear`` sharing its ``base_layer``, ``lora_A`` and ``lora_B`` modules, so
+   the state-dict keys stay PEFT's (``base_layer.weight``, ``lora_A.default.weight``, ...). A
+   layer qualifies when it has exactly one adapter and it is the active one, adapters are
+   not disabled, the adapter is plain LoRA (no DoRA or other variant, no ``lora_bias``, not
+   ``fan_in_fan_out``), the base layer and both adapter matrices are plain bias-free
+   ``nn.Linear`` (the base may have a bias) of one dtype and device, and its dropout is
+   ``nn.Dropout`` or ``nn.Identity``. A merged layer stays merged (the forward runs the base
+   layer alone, as PEFT's does); ``LoRALinear.unmerge()`` takes the update out again. PEFT's
+   own helpers (``merge_and_unload``, ``save_pretrained``) look for PEFT layers: ``unpatch``
+   first.
+
 A module carrying forward/backward hooks or a per-instance ``forward``, or whose bypassed
 children do, is never replaced (the fused module would silently skip them). The root module
 itself is never replaced. Patching again finds nothing left to replace, so ``patch`` is
@@ -51,6 +63,7 @@ import copy as _copy
 import functools
 import inspect
 import itertools
+import sys
 import textwrap
 import warnings
 from collections.abc import Iterable
@@ -62,6 +75,7 @@ from torch import nn
 
 from ..ops.glu import geglu
 from .linear_act import FusedLinear
+from .lora import LoRALinear
 from .swiglu import SwiGLU
 
 # Plain (non-parameter) attribute of the module given to ``patch``: the swaps ``unpatch`` undoes.
@@ -211,6 +225,9 @@ def _replace_block(module: nn.Module, options: Dict[str, bool]) -> Optional[nn.M
     """The fused replacement of a SwiGLU or GEGLU block (rules 1 and 2), or None."""
     if not _is_plain(module) or _has_own_state(module):
         return None
+    lora = _peft_lora(module)
+    if lora is not None:
+        return lora
     projections = _swiglu_projections(module)
     if projections is not None:
         return SwiGLU.from_projections(*projections, **options)
@@ -267,6 +284,39 @@ def _geglu_activation(module: nn.Module) -> Optional[str]:
         return None
     approximate = getattr(module, "approximate", "none")
     return _GELU_APPROXIMATE.get(approximate) if isinstance(approximate, str) else None
+
+
+def _peft_lora(module: nn.Module) -> Optional[LoRALinear]:
+    """Rule 4: the LoRALinear standing in for a plain PEFT LoRA Linear, or None."""
+    peft_layers = sys.modules.get("peft.tuners.lora.layer")  # a model holding PEFT layers has imported it
+    if peft_layers is None or type(module) is not getattr(peft_layers, "Linear", None):
+        return None
+    adapters = list(module.lora_A.keys())
+    if len(adapters) != 1 or list(module.active_adapters) != adapters or module.disable_adapters:
+        return None
+    name = adapters[0]
+    if module.fan_in_fan_out or module.use_dora.get(name, False) or name in getattr(module, "lora_variant", {}) \
+            or getattr(module, "lora_bias", {}).get(name, False):
+        return None
+    base, lora_a, lora_b = module.base_layer, module.lora_A[name], module.lora_B[name]
+    if not (_is_plain_linear(base) and _is_plain_linear(lora_a) and _is_plain_linear(lora_b)):
+        return None
+    if lora_a.bias is not None or lora_b.bias is not None:
+        return None
+    if len({(p.dtype, p.device) for p in (base.weight, lora_a.weight, lora_b.weight)}) != 1:
+        return None
+    dropout = module.lora_dropout[name]
+    if type(dropout) is nn.Dropout and _is_plain(dropout):
+        p = dropout.p
+    elif type(dropout) is nn.Identity:
+        p = 0.0
+    else:
+        return None
+    merged = list(module.merged_adapters) == [name]
+    if module.merged_adapters and not merged:
+        return None
+    return LoRALinear.from_modules(base, module.lora_A, module.lora_B, name, module.scaling[name], dropout=p,
+                                   merged=merged)
 
 
 def _is_plain(module: nn.Module) -> bool:

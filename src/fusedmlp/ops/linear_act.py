@@ -227,23 +227,31 @@ def _(g, a, weight, act, from_output, has_bias, store_dpre, compute_dx):
     )
 
 
-def _saved_mode(act: str, store_pre: bool) -> str:
+def saved_mode(act: str, store_pre: bool) -> str:
     """What the backward reads for act': "pre" (saved), "output" (y, saved) or "recompute"."""
     if store_pre:
         return "pre"
     return "output" if act in DERIVATIVE_FROM_OUTPUT else "recompute"
 
 
-def _backward(grad_y, x, weight, bias, saved, act, mode, needs, traced):
+def backward_formula(grad_y, x, weight, bias, saved, act, mode, needs, traced, recompute_pre=None, extra_terms=None):
     """(dx, dW, db), None where ``needs`` says it is not wanted; rows walked in chunks.
     ``traced``: the formula runs under torch.compile's tracing, so it calls the custom ops (the
-    tracer must not reach a kernel launch with fake tensors)."""
+    tracer must not reach a kernel launch with fake tensors).
+
+    Ops built on this one (LoRA) pass ``recompute_pre(rows)``, their pre-activation of a row
+    slice when it is recomputed, and ``extra_terms(rows, dpre, dx_rows)``, run once per chunk
+    with that chunk's dpre (kept then even where dW is not wanted) and its dx (None unless
+    wanted, added to in place) before dx is placed."""
     needs_x, needs_w, needs_b = needs
     has_bias = bias is not None and needs_b
-    if not (needs_x or needs_w or has_bias):
+    if not (needs_x or needs_w or has_bias or extra_terms is not None):
         return None, None, None
     backward = torch.ops.fusedmlp.linear_act_backward if traced else _backward_impl
     forward = torch.ops.fusedmlp.linear_act if traced else linear_act_forward_impl
+    if recompute_pre is None:
+        recompute_pre = lambda rows: forward(x[rows], weight, bias, "identity", False)[0]  # noqa: E731
+    store_dpre = needs_w or extra_terms is not None
     grad_x = grad_w = db = None
     transient_row_bytes = weight.shape[0] * x.element_size() * (2 if mode == "recompute" else 1)  # dpre (+ pre)
     chunks = backward_row_chunks(x.shape[0], LINEAR_DGRAD_BLOCK_M, transient_row_bytes)
@@ -252,12 +260,14 @@ def _backward(grad_y, x, weight, bias, saved, act, mode, needs, traced):
     for start, stop in chunks:
         rows = slice(start, stop)
         if mode == "recompute" and act != "identity":
-            a = forward(x[rows], weight, bias, "identity", False)[0]  # pre, one chunk at a time
+            a = recompute_pre(rows)  # pre, one chunk at a time
         else:
             a = saved[rows] if saved is not None else grad_y[rows]
         dx_rows, dpre, db_rows = backward(
-            grad_y[rows], a, weight, act, mode == "output", has_bias, needs_w, needs_x
+            grad_y[rows], a, weight, act, mode == "output", has_bias, store_dpre, needs_x
         )
+        if extra_terms is not None:
+            extra_terms(rows, dpre, dx_rows if needs_x else None)
         if needs_x and len(chunks) == 1:
             grad_x = dx_rows  # one chunk: its dx is the gradient, no copy
         elif needs_x:
@@ -273,7 +283,7 @@ def _backward(grad_y, x, weight, bias, saved, act, mode, needs, traced):
 # --------------------------------------------------------------------------------------
 # Eager path (autograd.Function) and traced path (custom op with registered autograd)
 # --------------------------------------------------------------------------------------
-def _tensor_to_save(act, mode, y, pre):
+def tensor_to_save(act, mode, y, pre):
     if mode == "pre":
         return pre
     if mode == "output" and act != "identity":
@@ -285,14 +295,14 @@ class _LinearActFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, act, store_pre):
         y, pre = linear_act_forward_impl(x, weight, bias, act, store_pre)
-        ctx.act, ctx.mode = act, _saved_mode(act, store_pre)
-        ctx.save_for_backward(x, weight, bias, _tensor_to_save(act, ctx.mode, y, pre))
+        ctx.act, ctx.mode = act, saved_mode(act, store_pre)
+        ctx.save_for_backward(x, weight, bias, tensor_to_save(act, ctx.mode, y, pre))
         return y
 
     @staticmethod
     def backward(ctx, grad_y):
         x, weight, bias, saved = ctx.saved_tensors
-        grads = _backward(grad_y, x, weight, bias, saved, ctx.act, ctx.mode, ctx.needs_input_grad[:3], False)
+        grads = backward_formula(grad_y, x, weight, bias, saved, ctx.act, ctx.mode, ctx.needs_input_grad[:3], False)
         return (*grads, None, None)
 
 
@@ -313,15 +323,15 @@ def _setup_context(ctx, inputs, output):
     x, weight, bias, act, store_pre = inputs
     y, pre = output
     ctx.set_materialize_grads(False)  # pre never receives a gradient: no zero tensor for it
-    ctx.act, ctx.mode = act, _saved_mode(act, store_pre)
-    ctx.save_for_backward(x, weight, bias, _tensor_to_save(act, ctx.mode, y, pre))
+    ctx.act, ctx.mode = act, saved_mode(act, store_pre)
+    ctx.save_for_backward(x, weight, bias, tensor_to_save(act, ctx.mode, y, pre))
 
 
 def _op_backward(ctx, grad_y, grad_pre):
     if grad_y is None:
         return None, None, None, None, None
     x, weight, bias, saved = ctx.saved_tensors
-    grads = _backward(grad_y, x, weight, bias, saved, ctx.act, ctx.mode, ctx.needs_input_grad[:3], True)
+    grads = backward_formula(grad_y, x, weight, bias, saved, ctx.act, ctx.mode, ctx.needs_input_grad[:3], True)
     return (*grads, None, None)
 
 

@@ -4,4 +4,6 @@ SUITES = {
     "geglu": "fusedmlp.bench.suites.glu",
     "linear_act": "fusedmlp.bench.suites.linear_act",
     "swiglu": "fusedmlp.bench.suites.swiglu",
+    "lora": "fusedmlp.bench.suites.lora",
+    "add_mul_act": "fusedmlp.bench.suites.add_mul_act",
 }

@@ -1,0 +1,128 @@
+"""Fused LoRA linear forward: the base GEMM and the low-rank path in one kernel.
+
+With ``x [M, K]``, the frozen base weight ``W [N, K]``, optional bias ``b [N]``, the adapter
+``A [r, K]``, ``B [N, r]`` and the scale ``s = alpha / r``:
+
+    xs  = s * (x @ A.T)                                                         [M, r]
+    pre = x @ W.T + b + xs @ B.T,       y = act(pre)                            [M, N]
+
+``LORA_IN_LOOP``: the rank-r product is accumulated by the shared main loop next to the base
+accumulator, from the same x tile in shared memory (``PAIRED`` with a ``[BLOCK_M, R_PAD]``
+second accumulator): x is read once for both W and A. Every column tile of a row block
+recomputes that narrow product (``R_PAD / BLOCK_N`` more tensor-core work, 6% at r <= 16 with
+256-wide tiles); the programs of column tile 0 write xs for the backward (``dB = dpre.T @ xs``).
+Otherwise the host passes xs (computed by cuBLAS: LoRA dropout, where A multiplies a
+dropped-out copy of x, and large ranks, where the recomputation would cost more than a second
+read of x) and the kernel reads its ``[BLOCK_M, R_PAD]`` tile in the epilogue.
+
+Epilogue: xs is rounded to the data dtype (to nearest, as PyTorch rounds ``x @ A.T``) and its product with
+the ``[R_PAD, BLOCK_N]`` tile of ``B.T`` accumulates straight into the base accumulator on
+the tensor cores; then bias and activation, as in ``linear_act``. ``pre`` is written only
+when the backward keeps it.
+
+The scale arrives as two fp32 numbers, ``s = SCALE_HI + SCALE_LO``, so that fp64 inputs keep
+full precision (Triton passes Python floats as fp32).
+"""
+
+import triton
+import triton.language as tl
+
+from .activations import activation
+from .gemm import persistent_tile, round_operand, tile_indices, xwT_mainloop, xwT_mainloop_tma
+
+
+@triton.jit
+def _lora_epilogue(
+    acc, acc_xa, xs_ptr, stride_xsm, b_ptr, lora_b_ptr, stride_lbn, stride_lbr,
+    rows, mask_rows, cols, mask_cols, R, SCALE_HI, SCALE_LO, first_col_tile,
+    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, LORA_IN_LOOP: tl.constexpr, R_PAD: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """(pre, act(pre)) of one [BLOCK_M, BLOCK_N] tile; writes the xs tile from column tile 0."""
+    offs_r = tl.arange(0, R_PAD)
+    mask_r = offs_r < R
+    xs_ptrs = xs_ptr + rows[:, None] * stride_xsm + offs_r[None, :]
+    if LORA_IN_LOOP:
+        xs = round_operand(acc_xa * SCALE_HI + acc_xa * SCALE_LO, xs_ptr.dtype.element_ty, UPCAST)
+        if first_col_tile:
+            tl.store(xs_ptrs, xs, mask=mask_rows[:, None] & mask_r[None, :])
+    else:
+        xs = tl.load(xs_ptrs, mask=mask_rows[:, None] & mask_r[None, :], other=0.0)
+    # B.T tile [R_PAD, BLOCK_N]; ranks past r read 0
+    lora_bt = tl.load(lora_b_ptr + cols[None, :] * stride_lbn + offs_r[:, None] * stride_lbr,
+                      mask=mask_r[:, None] & mask_cols[None, :], other=0.0)
+    if UPCAST:
+        xs = xs.to(tl.float32)
+        lora_bt = lora_bt.to(tl.float32)
+    acc = tl.dot(xs, lora_bt, acc, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + cols, mask=mask_cols, other=0.0).to(ACC_DTYPE)[None, :]
+    return acc, activation(acc, ACT)
+
+
+@triton.jit
+def lora_fwd_kernel(
+    x_ptr, w_ptr, b_ptr, lora_a_ptr, lora_b_ptr, xs_ptr, y_ptr, pre_ptr,
+    M, N, K, R, M_KEY, SCALE_HI, SCALE_LO,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_lan, stride_lak, stride_lbn, stride_lbr,
+    stride_xsm, stride_ym, stride_pm,
+    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_PRE: tl.constexpr, LORA_IN_LOOP: tl.constexpr,
+    R_PAD: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """y[M, N] = act(x @ W.T + b + xs @ B.T), pre if STORE_PRE; xs [M, r] written (LORA_IN_LOOP) or read.
+
+    Pointer form: any strides of x, W, A, B; xs, y and pre have unit column stride.
+    """
+    rows, cols, mask_rows, mask_cols, _ = tile_indices(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    rank_rows = tl.arange(0, R_PAD).to(tl.int64)
+    acc, acc_xa = xwT_mainloop(
+        x_ptr, w_ptr, lora_a_ptr, rows, mask_rows, cols, mask_cols, rank_rows, rank_rows < R,
+        K, stride_xm, stride_xk, stride_wn, stride_wk, stride_lan, stride_lak,
+        BLOCK_M, BLOCK_N, R_PAD, BLOCK_K, LORA_IN_LOOP, ACC_DTYPE, DOT_PRECISION, UPCAST,
+    )
+    pre, y = _lora_epilogue(
+        acc, acc_xa, xs_ptr, stride_xsm, b_ptr, lora_b_ptr, stride_lbn, stride_lbr,
+        rows, mask_rows, cols, mask_cols, R, SCALE_HI, SCALE_LO, tl.min(cols, axis=0) == 0,  # column tile 0
+        ACT, HAS_BIAS, LORA_IN_LOOP, R_PAD, ACC_DTYPE, DOT_PRECISION, UPCAST,
+    )
+    mask = mask_rows[:, None] & mask_cols[None, :]
+    if STORE_PRE:
+        tl.store(pre_ptr + rows[:, None] * stride_pm + cols[None, :], pre.to(pre_ptr.dtype.element_ty), mask=mask)
+    tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def lora_fwd_tma_kernel(
+    x_desc, w_desc, lora_a_desc, b_ptr, lora_b_ptr, xs_ptr, y_desc, pre_desc,
+    M, N, K, R, M_KEY, NUM_SMS, SCALE_HI, SCALE_LO,
+    stride_lbn, stride_lbr, stride_xsm,
+    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_PRE: tl.constexpr, LORA_IN_LOOP: tl.constexpr,
+    R_PAD: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """``lora_fwd_kernel`` on tensor descriptors, persistent over NUM_SMS programs.
+
+    ``lora_a_desc`` has ``[R_PAD, BLOCK_K]`` tiles: rows past r read zeros. B and xs stay
+    pointers: their ``r``-wide rows need not meet TMA's 16-byte stride alignment.
+    """
+    num_tiles_m = tl.cdiv(M, BLOCK_M)
+    num_tiles_n = tl.cdiv(N, BLOCK_N)
+    for tile_id in tl.range(tl.program_id(0), num_tiles_m * num_tiles_n, NUM_SMS):
+        _, row_start, col_start = persistent_tile(tile_id, num_tiles_m, num_tiles_n, BLOCK_M, BLOCK_N, GROUP_M)
+        acc, acc_xa = xwT_mainloop_tma(
+            x_desc, w_desc, lora_a_desc, row_start, col_start, 0, K,
+            BLOCK_M, BLOCK_N, R_PAD, BLOCK_K, LORA_IN_LOOP, ACC_DTYPE, DOT_PRECISION, UPCAST, False,
+        )
+        rows = row_start.to(tl.int64) + tl.arange(0, BLOCK_M)
+        cols = col_start + tl.arange(0, BLOCK_N)
+        pre, y = _lora_epilogue(
+            acc, acc_xa, xs_ptr, stride_xsm, b_ptr, lora_b_ptr, stride_lbn, stride_lbr,
+            rows, rows < M, cols, cols < N, R, SCALE_HI, SCALE_LO, col_start == 0,
+            ACT, HAS_BIAS, LORA_IN_LOOP, R_PAD, ACC_DTYPE, DOT_PRECISION, UPCAST,
+        )
+        if STORE_PRE:
+            pre_desc.store([row_start, col_start], pre.to(pre_desc.dtype))
+        y_desc.store([row_start, col_start], y.to(y_desc.dtype))

@@ -1,0 +1,311 @@
+"""Fused LoRA linear: validation, launch, autograd and the torch.library op.
+
+    fusedmlp.lora_linear(x, weight, bias, lora_a, lora_b, scale, activation=None, dropout_p=0.0)
+        y = act(x @ weight.T + bias + scale * (drop(x) @ lora_a.T) @ lora_b.T)
+
+Forward: one kernel (kernels/lora.py), with the rank-r product ``xs = s * x @ A.T`` from one
+of two places:
+- in the base GEMM's main loop, from the same x tiles (x read once for W and A), for small
+  inputs (``M * in <= IN_LOOP_MAX_X_ELEMENTS``, ranks up to ``IN_LOOP_MAX_RANK``, no dropout);
+- from cuBLAS first (``[M, r]``, one more read of x), which the kernel reads in its epilogue:
+  for larger inputs, and with dropout, where A multiplies a dropped-out copy of x.
+Measured on an H200 in bf16 (benchmarks/lora_rank_paths.py, first tile config, results in
+benchmarks/results/): with x read once the forward took 1.5-1.7x the bare base GEMM at
+8192-32768 tokens x 4096 and 1.7-2.0x at 32768 x 1024, against 1.13-1.16x and 1.57-1.66x
+through cuBLAS: the second, 16-64-wide product inside the main loop slows the Triton GEMM
+far more than its share of the work. Only at 8192 x 1024, where the step is host-bound, was
+the one-kernel path faster (0.050-0.069 against 0.081-0.088 ms: one launch fewer).
+Either way ``xs @ B.T``, the bias and the activation are applied on the tile, and the
+low-rank output ``[M, out]`` never reaches memory.
+
+Backward, with g = dL/dy and dpre = g * act'(pre) (the stream kernel of ``linear_act``, with
+its deterministic db), in the cheap order (rank-r intermediates only, never ``B @ A``):
+
+    dB = dpre.T @ xs            d_xa = s * (dpre @ B)   [M, r]         dA = d_xa.T @ drop(x)
+    dx = dpre @ W + d_xa @ A  (through dropout's mask when p > 0)      dW = dpre.T @ x if W trains
+
+What the backward keeps is ``linear_act``'s choice (``save_preact``; the output for
+activations whose derivative follows from it; otherwise nothing, pre recomputed from x and
+the saved xs), plus xs ``[M, r]``. Dropout is PyTorch's (``F.dropout`` on x, outside the
+kernel), so its mask and its gradient are PyTorch's own.
+
+Under torch.compile: ``fusedmlp::lora_linear(x, weight, bias, lora_a, lora_b, x_lora, xs,
+scale, act, store_pre) -> (y, pre, xs)`` with its autograd registered.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+import torch
+import triton
+
+from ..kernels.configs import LORA_CONFIGS, LORA_TMA_CONFIGS, Launcher
+from ..kernels.lora import lora_fwd_kernel, lora_fwd_tma_kernel
+from ._common import (
+    autotune_m_key,
+    check_linear_inputs,
+    check_same_dtype_device,
+    check_tensor,
+    descriptor,
+    dot_meta,
+    num_sms,
+    persistent_grid,
+    tma_eligible,
+    use_triton,
+)
+from .activations import activation_reference, check_activation
+from .linear_act import backward_formula, saved_mode, tensor_to_save
+
+__all__ = ["lora_linear", "lora_linear_reference", "IN_LOOP_MAX_RANK"]
+
+# Where xs = s * x @ A.T comes from (module docstring): the main loop for inputs up to this
+# many elements and ranks up to this (the shared-memory budget of the first tile config),
+# cuBLAS otherwise.
+IN_LOOP_MAX_X_ELEMENTS = 2**24
+IN_LOOP_MAX_RANK = 64
+
+_FWD_KEY = ["M_KEY", "N", "K", "R_PAD", "ACT", "HAS_BIAS", "STORE_PRE", "LORA_IN_LOOP"]
+_fwd_launcher = Launcher(lora_fwd_kernel, LORA_CONFIGS, key=_FWD_KEY)
+_fwd_tma_launcher = Launcher(lora_fwd_tma_kernel, LORA_TMA_CONFIGS, key=_FWD_KEY)
+
+
+def lora_linear_reference(x, weight, bias, lora_a, lora_b, scale, activation=None, x_lora=None):
+    """Plain PyTorch: ``act(x @ W.T + b + scale * (x_lora @ A.T) @ B.T)``, x_lora = x by default."""
+    linear = torch.nn.functional.linear
+    x_lora = x if x_lora is None else x_lora
+    pre = linear(x, weight, bias) + scale * linear(linear(x_lora, lora_a), lora_b)
+    return activation_reference(pre, check_activation(activation))
+
+
+def _rank_block(r: int) -> int:
+    """The padded rank the kernel works in: a power of two, at least tl.dot's 16."""
+    return max(16, triton.next_power_of_2(r))
+
+
+def _split_scale(scale: float) -> tuple[float, float]:
+    """(hi, lo) fp32 numbers with hi + lo = scale to ~1e-15 (Triton passes floats as fp32)."""
+    hi = float(np.float32(scale))
+    return hi, float(np.float32(scale - hi))
+
+
+def _scaled_rank_product(x, lora_a, scale):
+    """``scale * x @ A.T`` [M, r] on cuBLAS, the scale applied before the one rounding (alpha)."""
+    xs = x.new_empty((x.shape[0], lora_a.shape[0]))
+    return xs.addmm_(x, lora_a.t(), beta=0, alpha=scale)
+
+
+# --------------------------------------------------------------------------------------
+# Kernel launch
+# --------------------------------------------------------------------------------------
+def _launch_fwd(x, weight, bias, lora_a, lora_b, xs_given, scale, act, store_pre):
+    m, k = x.shape
+    n, r = weight.shape[0], lora_a.shape[0]
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    pre = torch.empty((m, n) if store_pre else (0,), dtype=x.dtype, device=x.device)
+    in_loop = xs_given is None
+    xs = torch.empty((m, r), dtype=x.dtype, device=x.device) if in_loop else xs_given
+    if m == 0:
+        return y, pre, xs
+    if n == 0:  # no output tiles to carry the rank-r product: xs for the backward from cuBLAS
+        return y, pre, (_scaled_rank_product(x, lora_a, scale) if in_loop else xs)
+    scale_hi, scale_lo = _split_scale(scale)
+    common = dict(M=m, N=n, K=k, R=r, M_KEY=autotune_m_key(m), SCALE_HI=scale_hi, SCALE_LO=scale_lo,
+                  ACT=act, HAS_BIAS=bias is not None, STORE_PRE=store_pre, LORA_IN_LOOP=in_loop,
+                  R_PAD=_rank_block(r))
+    b_ptr = bias if bias is not None else y
+    lora_strides = dict(stride_lbn=lora_b.stride(0), stride_lbr=lora_b.stride(1), stride_xsm=xs.stride(0))
+    if tma_eligible(x, weight, y, *((lora_a,) if in_loop else ()), *((pre,) if store_pre else ())):
+        _fwd_tma_launcher.launch(
+            persistent_grid(num_sms(x), m, n),
+            # a separate descriptor object even when A is unused: the pre-hook sets its block shape
+            x_desc=descriptor(x), w_desc=descriptor(weight), lora_a_desc=descriptor(lora_a if in_loop else x),
+            b_ptr=b_ptr, lora_b_ptr=lora_b, xs_ptr=xs, y_desc=descriptor(y),
+            pre_desc=descriptor(pre if store_pre else y), NUM_SMS=num_sms(x),
+            **lora_strides, **common, **dot_meta(x.dtype),
+        )
+        return y, pre, xs
+    grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
+    _fwd_launcher.launch(
+        grid, x, weight, b_ptr, lora_a, lora_b, xs, y, pre if store_pre else y,
+        stride_xm=x.stride(0), stride_xk=x.stride(1), stride_wn=weight.stride(0), stride_wk=weight.stride(1),
+        stride_lan=lora_a.stride(0), stride_lak=lora_a.stride(1), stride_ym=y.stride(0),
+        stride_pm=pre.stride(0) if store_pre else 0,
+        **lora_strides, **common, **dot_meta(x.dtype), fp64=x.dtype == torch.float64,
+    )
+    return y, pre, xs
+
+
+def lora_forward_impl(x, weight, bias, lora_a, lora_b, x_lora, xs, scale: float, act: str, store_pre: bool):
+    """(y, pre, xs_out) for 2-D x: pre if store_pre (else empty), and ``xs = scale * x_lora @ A.T``
+    (x_lora = x when None) when this call computed it; a given ``xs`` is used as is (the
+    recompute path) and ``xs_out`` is then empty."""
+    given = xs is not None
+    in_loop = x_lora is None and lora_a.shape[0] <= IN_LOOP_MAX_RANK and x.numel() <= IN_LOOP_MAX_X_ELEMENTS
+    if not given and not (in_loop and use_triton(x)):
+        xs = _scaled_rank_product(x if x_lora is None else x_lora, lora_a, scale)
+    if use_triton(x):
+        y, pre, xs_out = _launch_fwd(x, weight, bias, lora_a, lora_b, xs, scale, act, store_pre)
+    else:
+        pre = torch.nn.functional.linear(x, weight, bias).addmm_(xs, lora_b.t())
+        y, pre, xs_out = activation_reference(pre, act), (pre if store_pre else pre.new_empty((0,))), xs
+    return y, pre, (x.new_empty((0,)) if given else xs_out)
+
+
+# --------------------------------------------------------------------------------------
+# Backward (shared by both autograd paths)
+# --------------------------------------------------------------------------------------
+def _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, scale, act, mode, needs, traced):
+    """(dx, dW, db, dA, dB, dx_lora), None where ``needs`` says it is not wanted."""
+    needs_x, needs_w, needs_b, needs_a, needs_lb, needs_xl = needs
+    forward = torch.ops.fusedmlp.lora_linear if traced else lora_forward_impl
+    lora_input = x if x_lora is None else x_lora
+    grads = {"a": None, "b": None, "x_lora": x_lora.new_empty(x_lora.shape) if needs_xl else None}
+
+    def recompute_pre(rows):  # xs is kept: the recomputation is the base GEMM with its epilogue
+        return forward(x[rows], weight, bias, lora_a, lora_b, None, xs[rows], scale, "identity", False)[0]
+
+    def accumulate(name, a, b):  # grads[name] + a @ b, summed over the chunks in a fixed order
+        grads[name] = a @ b if grads[name] is None else grads[name].addmm_(a, b)
+
+    def lora_terms(rows, dpre, dx_rows):
+        if needs_lb:
+            accumulate("b", dpre.t(), xs[rows])
+        lora_dx = needs_x and x_lora is None
+        if needs_a or lora_dx or needs_xl:
+            d_xa = (dpre @ lora_b).mul_(scale)  # [rows, r]
+            if needs_a:
+                accumulate("a", d_xa.t(), lora_input[rows])
+            if lora_dx:
+                dx_rows.addmm_(d_xa, lora_a)
+            if needs_xl:
+                grads["x_lora"][rows] = d_xa @ lora_a
+
+    dx, dw, db = backward_formula(grad_y, x, weight, bias, saved, act, mode, (needs_x, needs_w, needs_b), traced,
+                                  recompute_pre=recompute_pre, extra_terms=lora_terms)
+    return dx, dw, db, grads["a"], grads["b"], grads["x_lora"]
+
+
+# --------------------------------------------------------------------------------------
+# Eager path (autograd.Function) and traced path (custom op with registered autograd)
+# --------------------------------------------------------------------------------------
+class _LoRAFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, lora_a, lora_b, x_lora, scale, act, store_pre):
+        y, pre, xs = lora_forward_impl(x, weight, bias, lora_a, lora_b, x_lora, None, scale, act, store_pre)
+        ctx.scale, ctx.act, ctx.mode = scale, act, saved_mode(act, store_pre)
+        ctx.save_for_backward(x, weight, bias, lora_a, lora_b, x_lora, xs, tensor_to_save(act, ctx.mode, y, pre))
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, weight, bias, lora_a, lora_b, x_lora, xs, saved = ctx.saved_tensors
+        grads = _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, ctx.scale, ctx.act,
+                          ctx.mode, ctx.needs_input_grad[:6], False)
+        return (*grads, None, None, None)
+
+
+@torch.library.custom_op("fusedmlp::lora_linear", mutates_args=())
+def _lora_op(
+    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], lora_a: torch.Tensor,
+    lora_b: torch.Tensor, x_lora: Optional[torch.Tensor], xs: Optional[torch.Tensor], scale: float, act: str,
+    store_pre: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return lora_forward_impl(x, weight, bias, lora_a, lora_b, x_lora, xs, scale, act, store_pre)
+
+
+@_lora_op.register_fake
+def _(x, weight, bias, lora_a, lora_b, x_lora, xs, scale, act, store_pre):
+    shape = (x.shape[0], weight.shape[0])
+    return (x.new_empty(shape), x.new_empty(shape if store_pre else (0,)),
+            x.new_empty((0,) if xs is not None else (x.shape[0], lora_a.shape[0])))
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, bias, lora_a, lora_b, x_lora, _, scale, act, store_pre = inputs
+    y, pre, xs = output
+    ctx.set_materialize_grads(False)
+    ctx.scale, ctx.act, ctx.mode = scale, act, saved_mode(act, store_pre)
+    ctx.save_for_backward(x, weight, bias, lora_a, lora_b, x_lora, xs, tensor_to_save(act, ctx.mode, y, pre))
+
+
+def _op_backward(ctx, grad_y, grad_pre, grad_xs):
+    if grad_y is None:
+        return (None,) * 10
+    x, weight, bias, lora_a, lora_b, x_lora, xs, saved = ctx.saved_tensors
+    grads = _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, ctx.scale, ctx.act, ctx.mode,
+                      ctx.needs_input_grad[:6], True)
+    return (*grads, None, None, None, None)
+
+
+torch.library.register_autograd("fusedmlp::lora_linear", _op_backward, setup_context=_setup_context)
+
+
+# --------------------------------------------------------------------------------------
+# Public entry point
+# --------------------------------------------------------------------------------------
+def check_lora_inputs(weight, lora_a, lora_b, scale) -> None:
+    """Validate the adapter of an ``nn.Linear``-style ``weight [out, in]``: A [r, in], B [out, r]."""
+    check_tensor(lora_a, "lora_a", ndim=2)
+    check_tensor(lora_b, "lora_b", ndim=2)
+    check_same_dtype_device("weight", weight, lora_a=lora_a, lora_b=lora_b)
+    out_features, in_features = weight.shape
+    r = lora_a.shape[0]
+    if r < 1:
+        raise ValueError(f"lora_a must have at least one row (the rank r), got shape {tuple(lora_a.shape)}")
+    if lora_a.shape[1] != in_features:
+        raise ValueError(f"lora_a must be [r, in] = [{r}, {in_features}] to match weight "
+                         f"{tuple(weight.shape)}, got {tuple(lora_a.shape)}")
+    if tuple(lora_b.shape) != (out_features, r):
+        raise ValueError(f"lora_b must be [out, r] = [{out_features}, {r}] (rank r from lora_a "
+                         f"{tuple(lora_a.shape)}), got {tuple(lora_b.shape)}")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise TypeError(f"scale must be a finite Python number (alpha / r), got {scale!r}")
+
+
+def lora_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    lora_a: torch.Tensor,
+    lora_b: torch.Tensor,
+    scale: float,
+    activation: Optional[str] = None,
+    dropout_p: float = 0.0,
+    save_preact: bool = False,
+) -> torch.Tensor:
+    """Fused LoRA linear ``act(x @ weight.T + bias + scale * (drop(x) @ lora_a.T) @ lora_b.T)``.
+
+    Args:
+        x: ``[..., in]``, any leading shape; fp16, bf16, fp32 or fp64; any strides.
+        weight: ``[out, in]`` base weight (usually frozen; its gradient is computed only if it
+            requires one). bias: optional ``[out]``, trainable or not.
+        lora_a: ``[r, in]``; lora_b: ``[out, r]`` (PEFT's ``lora_A`` / ``lora_B`` weights).
+        scale: the LoRA multiplier (``alpha / r``; PEFT's ``scaling``).
+        activation: None (identity, a plain LoRA linear) or one of relu, squared_relu, gelu,
+            gelu_tanh, sigmoid, silu.
+        dropout_p: dropout probability on the LoRA path's input (applied whenever > 0, as
+            ``F.dropout(training=True)``; modules pass 0 in eval mode).
+        save_preact: as in ``fusedmlp.linear_act``.
+
+    Returns:
+        ``[..., out]`` tensor of x's dtype.
+    """
+    act = check_activation(activation)
+    check_linear_inputs(x, weight, bias)
+    check_lora_inputs(weight, lora_a, lora_b, scale)
+    if not isinstance(save_preact, bool):
+        raise TypeError(f"save_preact must be a bool, got {type(save_preact).__name__}")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p <= 1.0:
+        raise ValueError(f"dropout_p must be a number in [0, 1], got {dropout_p!r}")
+    x2d = x.reshape(-1, weight.shape[1])
+    x_lora = torch.nn.functional.dropout(x2d, dropout_p, training=True) if dropout_p > 0 else None
+    scale = float(scale)
+    if torch.compiler.is_compiling():
+        y = torch.ops.fusedmlp.lora_linear(x2d, weight, bias, lora_a, lora_b, x_lora, None, scale, act,
+                                           save_preact)[0]
+    else:
+        y = _LoRAFunction.apply(x2d, weight, bias, lora_a, lora_b, x_lora, scale, act, save_preact)
+    return y.reshape(*x.shape[:-1], weight.shape[0])

@@ -1,0 +1,347 @@
+"""Fused LoRA linear: output and dx, dW, db, dA, dB against a float64 reference; LoRALinear; PEFT patching."""
+
+import pytest
+import torch
+from helpers import assert_close, check_against_float64, rel_err
+from torch import nn
+
+import fusedmlp
+from fusedmlp.ops.activations import activation_reference, check_activation
+from fusedmlp.ops.lora import lora_linear_reference
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+
+
+def make_inputs(lead_shape, d_in, d_out, r, device, bias=True, grads=(True, False, True, True, True)):
+    """float64 masters of (x, W, b, A, B) and g. W frozen by default, as in LoRA training.
+
+    B is random, not PEFT's zero init, so that the low-rank path shows in every output and gradient.
+    """
+    x = torch.randn(*lead_shape, d_in, dtype=torch.float64, device=device)
+    w = torch.randn(d_out, d_in, dtype=torch.float64, device=device) / d_in**0.5
+    b = torch.randn(d_out, dtype=torch.float64, device=device) if bias else None
+    a = torch.randn(r, d_in, dtype=torch.float64, device=device) / d_in**0.5
+    lb = torch.randn(d_out, r, dtype=torch.float64, device=device) / r**0.5
+    g = torch.randn(*lead_shape, d_out, dtype=torch.float64, device=device)
+    for t, needs in zip((x, w, b, a, lb), grads):
+        if t is not None:
+            t.requires_grad_(needs)
+    return [x, w, b, a, lb], g
+
+
+def rounded_reference(dtype):
+    """The float64 reference with the rank-r product ``scale * x @ A.T`` rounded to ``dtype``, as
+    the op (and PyTorch) holds it in memory: without that rounding, bf16 moves pre across relu's
+    kink often enough to dominate the comparison. Gradients pass through the rounding unchanged."""
+    linear = torch.nn.functional.linear
+
+    def reference(x, w, b, a, lb, scale, activation, x_lora=None):
+        xs = (scale * linear(x if x_lora is None else x_lora, a)).to(dtype).double()
+        return activation_reference(linear(x, w, b) + linear(xs, lb), check_activation(activation))
+
+    return reference
+
+
+def run_check(tensors64, g64, dtype, activation, scale=0.75, save_preact=False, what="", transform=lambda ts: ts):
+    tensors64 = [None if t is None else t.detach().to(dtype).double().requires_grad_(t.requires_grad)
+                 for t in tensors64]
+    tensors = transform([None if t is None else t.detach().to(dtype) for t in tensors64])
+    check_against_float64(
+        lambda x, w, b, a, lb: fusedmlp.lora_linear(x, w, b, a, lb, scale, activation, save_preact=save_preact),
+        lambda x, w, b, a, lb: rounded_reference(dtype)(x, w, b, a, lb, scale, activation),
+        tensors, tensors64, g64.to(dtype), g64, f"{what} {activation} save_preact={save_preact}",
+    )
+
+
+@pytest.mark.parametrize("activation", fusedmlp.ACTIVATIONS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_every_activation(device, activation, dtype):
+    tensors, g = make_inputs((37,), 45, 29, 3, device)
+    run_check(tensors, g, dtype, activation)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("r", [1, 3, 24, 40], ids=lambda r: f"r={r}")
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+def test_dtypes_and_ranks(device, dtype, r, bias):
+    tensors, g = make_inputs((3, 7), 33, 20, r, device, bias)
+    run_check(tensors, g, dtype, "gelu", scale=16 / r)
+
+
+@pytest.mark.parametrize(
+    "grads", [(True, True, True, True, True), (False, False, False, True, True), (True, False, False, False, False),
+              (False, False, True, False, True)],
+    ids=["all-incl-W", "adapter-only", "dx-only", "db-dB"],
+)
+@pytest.mark.parametrize("activation,save_preact", [("silu", False), ("relu", False), ("gelu_tanh", True)])
+def test_partial_gradients(device, grads, activation, save_preact):
+    tensors, g = make_inputs((50,), 40, 36, 5, device, grads=grads)
+    run_check(tensors, g, torch.float32, activation, save_preact=save_preact, what="partial")
+
+
+def test_strided_inputs(device):
+    """Transposed views of x, W, A and B go to the kernel as they are."""
+    x = torch.randn(40, 57, dtype=torch.float64, device=device).t().requires_grad_()
+    w = (torch.randn(40, 30, dtype=torch.float64, device=device) / 40**0.5).t()
+    b = torch.randn(30, dtype=torch.float64, device=device, requires_grad=True)
+    a = (torch.randn(40, 6, dtype=torch.float64, device=device) / 40**0.5).t().requires_grad_()
+    lb = (torch.randn(6, 30, dtype=torch.float64, device=device) / 6**0.5).t().requires_grad_()
+    g = torch.randn(30, 57, dtype=torch.float64, device=device).t()
+    run_check([x, w, b, a, lb], g, torch.float32, "squared_relu", what="strided")
+
+
+@pytest.mark.parametrize("r", [3, 24, 40], ids=lambda r: f"r={r}")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("activation,save_preact", [("gelu_tanh", False), ("relu", False), ("identity", True)])
+def test_tma_kernel(device, monkeypatch, r, dtype, activation, save_preact):
+    """The persistent tensor-descriptor kernel (forced on CPU): partial row, column, K and rank tiles."""
+    import fusedmlp.ops.lora as ops
+
+    if device == "cuda":
+        if dtype == torch.float32 or torch.cuda.get_device_capability()[0] < 9:
+            pytest.skip("the TMA path is for 16-bit inputs on Hopper")
+    else:
+        monkeypatch.setattr(ops, "tma_eligible", lambda *tensors: True)
+        monkeypatch.setattr(ops, "num_sms", lambda t: 3)  # fewer programs than tiles
+    tensors, g = make_inputs((77,), 72, 40, r, device)
+    if device == "cuda":
+        assert ops.tma_eligible(*(t.to(dtype) for t in (tensors[0], tensors[1], tensors[3], g)))
+    run_check(tensors, g, dtype, activation, save_preact=save_preact, what="tma")
+
+
+@pytest.mark.parametrize("limits", [(0, 64), (10**9, 0), (10**9, 64)],
+                         ids=["cublas-by-size", "cublas-by-rank", "in-loop"])
+@pytest.mark.parametrize("tma", [False, True], ids=["pointer", "tma"])
+def test_both_forward_paths(device, monkeypatch, limits, tma):
+    """xs from the main loop or from cuBLAS (chosen by input size and rank), both kernel forms."""
+    import fusedmlp.ops.lora as ops
+
+    if tma and device == "cpu":
+        monkeypatch.setattr(ops, "tma_eligible", lambda *tensors: True)
+        monkeypatch.setattr(ops, "num_sms", lambda t: 3)
+    elif not tma:
+        monkeypatch.setattr(ops, "tma_eligible", lambda *tensors: False)
+    monkeypatch.setattr(ops, "IN_LOOP_MAX_X_ELEMENTS", limits[0])
+    monkeypatch.setattr(ops, "IN_LOOP_MAX_RANK", limits[1])
+    tensors, g = make_inputs((45,), 72, 40, 8, device)  # 16-byte aligned rows for the descriptors
+    run_check(tensors, g, torch.bfloat16 if tma else torch.float32, "sigmoid", what=f"limits {limits}")
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_backward_in_row_chunks(device, monkeypatch, activation):
+    import fusedmlp.ops._common as common
+
+    monkeypatch.setattr(common, "BWD_MIN_CHUNK_ROWS", 128)
+    monkeypatch.setattr(common, "BWD_CHUNK_BYTES", 0)
+    tensors, g = make_inputs((300,), 24, 40, 4, device, grads=(True, True, True, True, True))
+    run_check(tensors, g, torch.float32, activation, what="chunked")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_dropout(device, dtype):
+    """The LoRA path sees F.dropout's x (same RNG stream); the base path sees x itself."""
+    p, scale = 0.3, 1.5
+    tensors64, g64 = make_inputs((2, 31), 36, 28, 6, device)
+    tensors64 = [None if t is None else t.detach().to(dtype).double().requires_grad_(t.requires_grad)
+                 for t in tensors64]
+    seed = torch.initial_seed()
+    torch.manual_seed(seed)
+    keep = torch.nn.functional.dropout(torch.ones(62, 36, dtype=dtype, device=device), p, training=True)
+    assert 0 < (keep == 0).sum() < keep.numel()
+
+    def reference(x, w, b, a, lb):
+        return rounded_reference(dtype)(x, w, b, a, lb, scale, "gelu", x_lora=x * keep.double().reshape(x.shape))
+
+    def fused(x, w, b, a, lb):
+        torch.manual_seed(seed)
+        return fusedmlp.lora_linear(x, w, b, a, lb, scale, "gelu", dropout_p=p)
+
+    tensors = [None if t is None else t.detach().to(dtype) for t in tensors64]
+    check_against_float64(fused, reference, tensors, tensors64, g64.to(dtype), g64, "dropout")
+
+
+def test_empty_batch(device):
+    x = torch.randn(0, 24, device=device, requires_grad=True)
+    w = torch.randn(18, 24, device=device)
+    a = torch.randn(4, 24, device=device, requires_grad=True)
+    lb = torch.randn(18, 4, device=device, requires_grad=True)
+    y = fusedmlp.lora_linear(x, w, None, a, lb, 2.0, "silu")
+    assert y.shape == (0, 18)
+    y.sum().backward()
+    assert x.grad.shape == x.shape
+    assert torch.equal(a.grad, torch.zeros_like(a)) and torch.equal(lb.grad, torch.zeros_like(lb))
+
+
+@pytest.mark.parametrize(
+    "case,exc,match",
+    [
+        ("rank_mismatch", ValueError, r"lora_b must be \[out, r\] = \[20, 4\]"),
+        ("a_features", ValueError, r"lora_a must be \[r, in\]"),
+        ("zero_rank", ValueError, "at least one row"),
+        ("a_dtype", TypeError, "lora_a has dtype"),
+        ("a_rank", ValueError, "lora_a must be 2-D"),
+        ("scale", TypeError, "scale must be a finite Python number"),
+        ("scale_nan", TypeError, "scale must be a finite Python number"),
+        ("dropout", ValueError, r"dropout_p must be a number in \[0, 1\]"),
+        ("activation", ValueError, "activation must be one of"),
+        ("x_features", ValueError, "features in its last dimension"),
+    ],
+)
+def test_bad_inputs(device, case, exc, match):
+    x = torch.randn(5, 12, device=device)
+    w = torch.randn(20, 12, device=device)
+    a = torch.randn(4, 12, device=device)
+    lb = torch.randn(20, 4, device=device)
+    kwargs = dict(scale=2.0, activation=None)
+    if case == "rank_mismatch":
+        lb = torch.randn(20, 5, device=device)
+    elif case == "a_features":
+        a = torch.randn(4, 13, device=device)
+    elif case == "zero_rank":
+        a, lb = torch.randn(0, 12, device=device), torch.randn(20, 0, device=device)
+    elif case == "a_dtype":
+        a = a.double()
+    elif case == "a_rank":
+        a = a[None]
+    elif case == "scale":
+        kwargs["scale"] = torch.tensor(2.0)
+    elif case == "scale_nan":
+        kwargs["scale"] = float("nan")
+    elif case == "dropout":
+        kwargs["dropout_p"] = 1.5
+    elif case == "activation":
+        kwargs["activation"] = "tanh"
+    elif case == "x_features":
+        x = torch.randn(5, 11, device=device)
+    with pytest.raises(exc, match=match):
+        fusedmlp.lora_linear(x, w, None, a, lb, **kwargs)
+
+
+@pytest.mark.parametrize("activation,save_preact,dropout_p", [("gelu_tanh", False, 0.0), ("relu", False, 0.0),
+                                                              ("silu", True, 0.0), (None, False, 0.25)])
+def test_torch_compile_fullgraph(device, activation, save_preact, dropout_p):
+    torch._dynamo.reset()
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    x = torch.randn(2, 33, 40, device=device, requires_grad=True)
+    w = torch.randn(24, 40, device=device)
+    b = torch.randn(24, device=device, requires_grad=True)
+    a = torch.randn(5, 40, device=device, requires_grad=True)
+    lb = torch.randn(24, 5, device=device, requires_grad=True)
+
+    def step(x, b, a, lb):
+        return fusedmlp.lora_linear(x, w, b, a, lb, 0.5, activation, dropout_p, save_preact).square().sum()
+
+    compiled = torch.compile(step, fullgraph=True, backend=backend)
+    torch.manual_seed(7)
+    loss = compiled(x, b, a, lb)
+    grads = torch.autograd.grad(loss, (x, b, a, lb))
+    if dropout_p:  # compiled RNG differs from eager's: check that it ran and is finite
+        assert all(torch.isfinite(t).all() for t in (loss, *grads))
+        return
+    eager_loss = step(x, b, a, lb)
+    eager = torch.autograd.grad(eager_loss, (x, b, a, lb))
+    assert rel_err(loss, eager_loss) < 1e-5
+    for got, want in zip(grads, eager):
+        assert rel_err(got, want) < 1e-5
+
+
+def test_lora_linear_module(device):
+    """PEFT's layout and init; scaling; frozen base; merge/unmerge keep the function; eval drops dropout."""
+    layer = fusedmlp.LoRALinear(24, 36, r=4, alpha=8, activation="gelu", dropout=0.5).to(device, torch.float64)
+    assert set(layer.state_dict()) == {"base_layer.weight", "base_layer.bias", "lora_A.default.weight",
+                                       "lora_B.default.weight"}
+    assert layer.scaling == 2.0 and not layer.base_layer.weight.requires_grad
+    assert torch.count_nonzero(layer.lora_b) == 0  # zero init: starts as the base layer
+    x = torch.randn(7, 24, device=device, dtype=torch.float64)
+    base = torch.nn.functional.gelu(layer.base_layer(x))
+    layer.eval()
+    assert_close(layer(x), base, torch.float64, "zero-init adapter")
+    with torch.no_grad():
+        layer.lora_b.normal_()
+    expected = lora_linear_reference(x, layer.base_layer.weight, layer.base_layer.bias, layer.lora_a, layer.lora_b,
+                                     2.0, "gelu")
+    assert_close(layer(x), expected, torch.float64, "eval forward")
+    weight = layer.base_layer.weight.detach().clone()
+    layer.merge()
+    assert layer.merged and rel_err(layer.base_layer.weight, weight) > 1e-3
+    assert_close(layer(x), expected, torch.float64, "merged forward")
+    layer.unmerge()
+    assert not layer.merged and rel_err(layer.base_layer.weight, weight) < 1e-12
+    layer.train()
+    torch.manual_seed(0)
+    dropped = layer(x)
+    assert rel_err(dropped, expected) > 1e-3  # dropout on the LoRA path in training mode
+    rs = fusedmlp.LoRALinear(8, 8, r=16, alpha=8, use_rslora=True)
+    assert rs.scaling == 2.0
+    with pytest.raises(ValueError, match="r must be a positive int"):
+        fusedmlp.LoRALinear(8, 8, r=0, alpha=8)
+
+
+def _peft_model(device, dtype, dropout=0.0):
+    peft = pytest.importorskip("peft")
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(24, 40), nn.ReLU(), nn.Linear(40, 16)).to(device, dtype)
+    config = peft.LoraConfig(r=4, lora_alpha=12, target_modules=["0", "2"], lora_dropout=dropout)
+    model = peft.get_peft_model(model, config)
+    for module in model.modules():  # PEFT's B starts at zero: make the adapters do something
+        if isinstance(module, nn.Linear) and module.weight.shape[1] == 4:
+            with torch.no_grad():
+                module.weight.normal_()
+    return model
+
+
+@pytest.mark.parametrize("merged", [False, True], ids=["unmerged", "merged"])
+def test_patch_peft_lora(device, merged):
+    """PEFT LoRA layers become LoRALinear: same keys, same Parameters, same outputs and gradients."""
+    dtype = torch.float64
+    model = _peft_model(device, dtype)
+    if merged:
+        model.merge_adapter()
+    x = torch.randn(9, 24, device=device, dtype=dtype, requires_grad=True)
+    g = torch.randn(9, 16, device=device, dtype=dtype)
+    keys = list(model.state_dict())
+    params = {name: p for name, p in model.named_parameters()}
+
+    def run():
+        model.zero_grad()
+        x.grad = None
+        y = model(x)
+        y.backward(g)
+        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        return y.detach(), dict(grads, x=x.grad.clone())
+
+    y_peft, grads_peft = run()
+    replaced = fusedmlp.patch(model)
+    assert [r.new_type for r in replaced] == ["LoRALinear", "LoRALinear"], replaced
+    lora_layers = [m for m in model.modules() if isinstance(m, fusedmlp.LoRALinear)]
+    assert len(lora_layers) == 2 and all(m.merged == merged for m in lora_layers)
+    assert list(model.state_dict()) == keys
+    assert all(p is params[name] for name, p in model.named_parameters())
+    y_fused, grads_fused = run()
+    assert_close(y_fused, y_peft, dtype, "patched output")
+    assert grads_fused.keys() == grads_peft.keys() and grads_peft
+    for name in grads_peft:
+        assert_close(grads_fused[name], grads_peft[name], dtype, f"grad {name}")
+    assert [r.new_type for r in fusedmlp.unpatch(model)] == ["Linear", "Linear"]  # PEFT's class is back
+    assert not any(isinstance(m, fusedmlp.LoRALinear) for m in model.modules())
+
+
+def test_patch_skips_what_it_cannot_match(device):
+    """Disabled adapters and several adapters stay PEFT layers."""
+    model = _peft_model(device, torch.float64)
+    with model.disable_adapter():
+        assert len(fusedmlp.patch(model, copy=True)) == 0
+    peft = pytest.importorskip("peft")
+    model.add_adapter("second", peft.LoraConfig(r=2, target_modules=["0"]))
+    patched = fusedmlp.patch(model, copy=True)
+    assert [r.name.rsplit(".", 1)[-1] for r in patched] == ["2"]  # layer 0 holds two adapters
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation", [None, "relu"])
+@pytest.mark.parametrize("r", [8, 64], ids=lambda r: f"r={r}")
+@pytest.mark.parametrize("tokens,d", [(8192, 1024), (4096, 4096)])
+def test_bf16_at_scale(activation, r, tokens, d):
+    """bf16 at LLM widths (the tensor-descriptor kernel on Hopper) against float64 on the GPU."""
+    tensors, g = make_inputs((tokens,), d, d, r, "cuda")
+    run_check(tensors, g, torch.bfloat16, activation, scale=2.0, what="at scale")
