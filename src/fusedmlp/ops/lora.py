@@ -62,8 +62,9 @@ from .linear_act import backward_formula, saved_mode, tensor_to_save
 __all__ = ["lora_linear", "lora_linear_reference", "IN_LOOP_MAX_RANK"]
 
 # Where xs = s * x @ A.T comes from (module docstring): the main loop for inputs up to this
-# many elements and ranks up to this (the shared-memory budget of the first tile config),
-# cuBLAS otherwise.
+# many elements and ranks up to this for 16-bit data (half of it for fp32, a quarter for
+# fp64: the A tile's bytes per pipeline stage must fit the first tile config's shared
+# memory), cuBLAS otherwise.
 IN_LOOP_MAX_X_ELEMENTS = 2**24
 IN_LOOP_MAX_RANK = 64
 
@@ -143,7 +144,8 @@ def lora_forward_impl(x, weight, bias, lora_a, lora_b, x_lora, xs, scale: float,
     (x_lora = x when None) when this call computed it; a given ``xs`` is used as is (the
     recompute path) and ``xs_out`` is then empty."""
     given = xs is not None
-    in_loop = x_lora is None and lora_a.shape[0] <= IN_LOOP_MAX_RANK and x.numel() <= IN_LOOP_MAX_X_ELEMENTS
+    in_loop = (x_lora is None and lora_a.shape[0] * x.element_size() <= 2 * IN_LOOP_MAX_RANK
+               and x.numel() <= IN_LOOP_MAX_X_ELEMENTS)
     if not given and not (in_loop and use_triton(x)):
         xs = _scaled_rank_product(x if x_lora is None else x_lora, lora_a, scale)
     if use_triton(x):
