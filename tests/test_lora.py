@@ -121,7 +121,7 @@ def test_both_forward_paths(device, monkeypatch, limits, tma):
         monkeypatch.setattr(ops, "num_sms", lambda t: 3)
     elif not tma:
         monkeypatch.setattr(ops, "tma_eligible", lambda *tensors: False)
-    monkeypatch.setattr(ops, "IN_LOOP_MAX_X_ELEMENTS", limits[0])
+    monkeypatch.setattr(ops, "IN_LOOP_MAX_MACS", limits[0])
     monkeypatch.setattr(ops, "IN_LOOP_MAX_RANK", limits[1])
     tensors, g = make_inputs((45,), 72, 40, 8, device)  # 16-byte aligned rows for the descriptors
     run_check(tensors, g, torch.bfloat16 if tma else torch.float32, "sigmoid", what=f"limits {limits}")

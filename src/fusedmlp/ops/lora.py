@@ -5,16 +5,19 @@
 
 Forward: one kernel (kernels/lora.py), with the rank-r product ``xs = s * x @ A.T`` from one
 of two places:
-- in the base GEMM's main loop, from the same x tiles (x read once for W and A), for small
-  inputs (``M * in <= IN_LOOP_MAX_X_ELEMENTS``, ranks up to ``IN_LOOP_MAX_RANK``, no dropout);
+- in the base GEMM's main loop, from the same x tiles (x read once for W and A), for base
+  GEMMs of up to ``IN_LOOP_MAX_MACS`` multiply-adds (``M * out * in``), ranks up to
+  ``IN_LOOP_MAX_RANK``, no dropout;
 - from cuBLAS first (``[M, r]``, one more read of x), which the kernel reads in its epilogue:
-  for larger inputs, and with dropout, where A multiplies a dropped-out copy of x.
+  for larger GEMMs, and with dropout, where A multiplies a dropped-out copy of x.
 Measured on an H200 in bf16 (benchmarks/lora_rank_paths.py, first tile config, results in
 benchmarks/results/): with x read once the forward took 1.5-1.7x the bare base GEMM at
 8192-32768 tokens x 4096 and 1.7-2.0x at 32768 x 1024, against 1.13-1.16x and 1.57-1.66x
 through cuBLAS: the second, 16-64-wide product inside the main loop slows the Triton GEMM
-far more than its share of the work. Only at 8192 x 1024, where the step is host-bound, was
-the one-kernel path faster (0.050-0.069 against 0.081-0.088 ms: one launch fewer).
+far more than its share of the work. Where the step is host-bound (base GEMMs up to
+32768 x 1024 x 1024), the one-kernel path was as fast or faster: 0.050-0.069 against
+0.081-0.088 ms forward at 8192 x 1024, and 0.55-0.65 against 0.75-0.94 ms forward+backward
+at 32768 x 1024 (`fusedmlp bench lora`, autotuned, same results folder).
 Either way ``xs @ B.T``, the bias and the activation are applied on the tile, and the
 low-rank output ``[M, out]`` never reaches memory.
 
@@ -59,13 +62,13 @@ from ._common import (
 from .activations import activation_reference, check_activation
 from .linear_act import backward_formula, saved_mode, tensor_to_save
 
-__all__ = ["lora_linear", "lora_linear_reference", "IN_LOOP_MAX_RANK"]
+__all__ = ["lora_linear", "lora_linear_reference"]
 
-# Where xs = s * x @ A.T comes from (module docstring): the main loop for inputs up to this
-# many elements and ranks up to this for 16-bit data (half of it for fp32, a quarter for
+# Where xs = s * x @ A.T comes from (module docstring): the main loop for base GEMMs up to
+# this many multiply-adds and ranks up to this for 16-bit data (half of it for fp32, a quarter for
 # fp64: the A tile's bytes per pipeline stage must fit the first tile config's shared
 # memory), cuBLAS otherwise.
-IN_LOOP_MAX_X_ELEMENTS = 2**24
+IN_LOOP_MAX_MACS = 2**35
 IN_LOOP_MAX_RANK = 64
 
 _FWD_KEY = ["M_KEY", "N", "K", "R_PAD", "ACT", "HAS_BIAS", "STORE_PRE", "LORA_IN_LOOP"]
@@ -145,7 +148,7 @@ def lora_forward_impl(x, weight, bias, lora_a, lora_b, x_lora, xs, scale: float,
     recompute path) and ``xs_out`` is then empty."""
     given = xs is not None
     in_loop = (x_lora is None and lora_a.shape[0] * x.element_size() <= 2 * IN_LOOP_MAX_RANK
-               and x.numel() <= IN_LOOP_MAX_X_ELEMENTS)
+               and x.numel() * weight.shape[0] <= IN_LOOP_MAX_MACS)
     if not given and not (in_loop and use_triton(x)):
         xs = _scaled_rank_product(x if x_lora is None else x_lora, lora_a, scale)
     if use_triton(x):
