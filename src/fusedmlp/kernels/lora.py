@@ -11,13 +11,14 @@ accumulator, from the same x tile in shared memory (``PAIRED`` with a ``[BLOCK_M
 second accumulator): x is read once for both W and A. Every column tile of a row block
 recomputes that narrow product (``R_PAD / BLOCK_N`` more tensor-core work, 6% at r <= 16 with
 256-wide tiles); the programs of column tile 0 write xs for the backward (``dB = dpre.T @ xs``).
-Otherwise the host passes xs (computed by cuBLAS: LoRA dropout, where A multiplies a
-dropped-out copy of x, and large ranks, where the recomputation would cost more than a second
-read of x) and the kernel reads its ``[BLOCK_M, R_PAD]`` tile in the epilogue.
+Otherwise the host passes xs (computed by cuBLAS: with LoRA dropout, where A multiplies a
+dropped-out copy of x, and for large base GEMMs, where this kernel with the narrow second
+product in its loop measured slower than the extra read of x; ops/lora.py gives the figures)
+and the kernel reads its ``[BLOCK_M, R_PAD]`` tile in the epilogue.
 
-Epilogue: xs is rounded to the data dtype (to nearest, as PyTorch rounds ``x @ A.T``) and its product with
-the ``[R_PAD, BLOCK_N]`` tile of ``B.T`` accumulates straight into the base accumulator on
-the tensor cores; then bias and activation, as in ``linear_act``. ``pre`` is written only
+Epilogue: xs is rounded to the data dtype (to nearest, as PyTorch rounds ``x @ A.T``) and
+its product with the ``[R_PAD, BLOCK_N]`` tile of ``B.T`` accumulates straight into the base
+accumulator on the tensor cores; then bias and activation, as in ``linear_act``. ``pre`` is written only
 when the backward keeps it.
 
 The scale arrives as two fp32 numbers, ``s = SCALE_HI + SCALE_LO``, so that fp64 inputs keep
