@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "geglu: fused,fused_store,eager,compile,compile_max,liger,gemm; linear_act: "
                             "fused,fused_preact,eager,compile,compile_max,gemm; swiglu: fused,fused_recompute,"
                             "eager,compile,compile_max,liger,gemm (liger when liger_kernel is installed); lora: "
-                            "fused,eager,compile,compile_max,gemm; add_mul_act: fused_triton,fused_cuda,eager,"
+                            "fused,fused_in_loop,eager,compile,compile_max,gemm; add_mul_act: fused_triton,fused_cuda,eager,"
                             "compile")
     bench.add_argument("--max-autotune", action="store_true",
                        help="also time torch.compile(mode='max-autotune') (compiles for minutes)")

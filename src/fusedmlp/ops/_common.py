@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 import triton
@@ -42,6 +43,18 @@ def check_same_dtype_device(reference_name: str, reference: torch.Tensor, **othe
                 f"{name} is on {t.device} but {reference_name} is on {reference.device}; "
                 f"move them to one device"
             )
+
+
+def check_bool(value, name: str) -> None:
+    """TypeError unless ``value`` is a bool (a flag argument)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+
+
+def check_finite_number(value, name: str, what: str = "") -> None:
+    """TypeError unless ``value`` is a finite Python int or float (not a bool, not a tensor)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TypeError(f"{name} must be a finite Python number{what}, got {value!r}")
 
 
 def use_triton(t: torch.Tensor) -> bool:

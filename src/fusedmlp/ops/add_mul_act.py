@@ -20,7 +20,6 @@ Under torch.compile: ``fusedmlp::add_mul_act(out, bias, lora_out, multiplier, ac
 from __future__ import annotations
 
 import functools
-import math
 import shutil
 from pathlib import Path
 from typing import Optional
@@ -29,7 +28,7 @@ import torch
 import triton
 
 from ..kernels.add_mul_act import add_mul_act_kernel
-from ._common import acc_dtypes, check_same_dtype_device, check_tensor, use_triton
+from ._common import acc_dtypes, check_finite_number, check_same_dtype_device, check_tensor, use_triton
 from .activations import ACTIVATIONS, activation_grad_reference, activation_reference, check_activation
 
 __all__ = ["fused_add_mul_activation", "add_mul_act_reference", "cuda_extension"]
@@ -158,8 +157,7 @@ def fused_add_mul_activation(
         raise ValueError(f"lora_out must have out's shape {tuple(out.shape)}, got {tuple(lora_out.shape)}")
     if bias is not None and bias.shape[0] != out.shape[-1]:
         raise ValueError(f"bias must have {out.shape[-1]} elements (out's last dimension), got {bias.shape[0]}")
-    if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or not math.isfinite(multiplier):
-        raise TypeError(f"multiplier must be a finite Python number, got {multiplier!r}")
+    check_finite_number(multiplier, "multiplier")
     if backend == "cuda" and out.dtype == torch.float64:
         raise TypeError("backend='cuda' takes float16, bfloat16 or float32; use backend='triton' for float64")
     if backend == "cuda" and not out.is_cuda:

@@ -45,6 +45,7 @@ from ..kernels.configs import (
 )
 from ..kernels.glu import glu_bwd_dh_kernel, glu_bwd_dh_tma_kernel, glu_fwd_kernel, glu_fwd_tma_kernel
 from ._common import (
+    check_bool,
     acc_dtypes,
     autotune_m_key,
     backward_row_chunks,
@@ -363,8 +364,7 @@ def geglu(
     """
     _validate(x, weight, bias)
     act = check_activation(activation)
-    if not isinstance(recompute, bool):
-        raise TypeError(f"recompute must be a bool, got {type(recompute).__name__}")
+    check_bool(recompute, "recompute")
     in_features = weight.shape[1]
     out = weight.shape[0] // 2
     x2d = x.reshape(-1, in_features)  # a view whenever the leading dims allow it

@@ -52,6 +52,7 @@ from ..kernels.linear_act import (
     linear_act_fwd_tma_kernel,
 )
 from ._common import (
+    check_bool,
     acc_dtypes,
     autotune_m_key,
     backward_row_chunks,
@@ -366,8 +367,7 @@ def linear_act(
     """
     act = check_activation(activation)
     check_linear_inputs(x, weight, bias)
-    if not isinstance(save_preact, bool):
-        raise TypeError(f"save_preact must be a bool, got {type(save_preact).__name__}")
+    check_bool(save_preact, "save_preact")
     x2d = x.reshape(-1, weight.shape[1])  # a view whenever the leading dims allow it
     if torch.compiler.is_compiling():
         y, _ = torch.ops.fusedmlp.linear_act(x2d, weight, bias, act, save_preact)

@@ -38,7 +38,6 @@ scale, act, store_pre) -> (y, pre, xs)`` with its autograd registered.
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import numpy as np
@@ -48,6 +47,8 @@ import triton
 from ..kernels.configs import LORA_CONFIGS, LORA_TMA_CONFIGS, Launcher
 from ..kernels.lora import lora_fwd_kernel, lora_fwd_tma_kernel
 from ._common import (
+    check_bool,
+    check_finite_number,
     autotune_m_key,
     check_linear_inputs,
     check_same_dtype_device,
@@ -266,8 +267,7 @@ def check_lora_inputs(weight, lora_a, lora_b, scale) -> None:
     if tuple(lora_b.shape) != (out_features, r):
         raise ValueError(f"lora_b must be [out, r] = [{out_features}, {r}] (rank r from lora_a "
                          f"{tuple(lora_a.shape)}), got {tuple(lora_b.shape)}")
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise TypeError(f"scale must be a finite Python number (alpha / r), got {scale!r}")
+    check_finite_number(scale, "scale", " (alpha / r)")
 
 
 def lora_linear(
@@ -301,8 +301,7 @@ def lora_linear(
     act = check_activation(activation)
     check_linear_inputs(x, weight, bias)
     check_lora_inputs(weight, lora_a, lora_b, scale)
-    if not isinstance(save_preact, bool):
-        raise TypeError(f"save_preact must be a bool, got {type(save_preact).__name__}")
+    check_bool(save_preact, "save_preact")
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"dropout_p must be a number in [0, 1], got {dropout_p!r}")
     x2d = x.reshape(-1, weight.shape[1])

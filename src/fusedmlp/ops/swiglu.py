@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 
 from ..kernels.configs import GLU_BWD_BLOCK_M
-from ._common import backward_row_chunks, check_linear_inputs, check_same_dtype_device, check_tensor
+from ._common import backward_row_chunks, check_bool, check_linear_inputs, check_same_dtype_device, check_tensor
 from .activations import activation_reference
 from .glu import glu_backward_dh, glu_forward_impl
 
@@ -159,8 +159,7 @@ def swiglu(
         ``[..., out]`` tensor of x's dtype.
     """
     _validate(x, w_gate, w_up, w_down)
-    if not isinstance(recompute, bool):
-        raise TypeError(f"recompute must be a bool, got {type(recompute).__name__}")
+    check_bool(recompute, "recompute")
     x2d = x.reshape(-1, x.shape[-1])
     if torch.compiler.is_compiling():
         y, _ = torch.ops.fusedmlp.swiglu(x2d, w_gate, w_up, w_down, not recompute)
