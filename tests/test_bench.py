@@ -91,7 +91,7 @@ def test_info(capsys):
     assert "fusedmlp" in out and "backend" in out
 
 
-@pytest.mark.parametrize("suite", ["linear_act", "swiglu"])
+@pytest.mark.parametrize("suite", ["linear_act", "swiglu", "mlp"])
 def test_new_suites_cpu_check(capsys, suite):
     """Without a GPU each suite runs its interpreted accuracy check: every error small."""
     if torch.cuda.is_available():
@@ -119,3 +119,12 @@ def test_generic_summary_and_bar_plot(tmp_path):
     harness.write_json(json_path, harness.environment(), rows)
     png = plot_results(json_path)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_mlp_suite_shapes():
+    from fusedmlp.bench.suites import mlp as mlp_suite
+
+    assert mlp_suite.check_shape((2048, 13, 512, 256, 64, 16)) is None
+    assert "BATCHxINx...xOUT" in mlp_suite.check_shape((2048, 13))
+    assert "BATCHxINx...xOUT" in mlp_suite.check_shape((2048, 13, 0))
+    assert all(mlp_suite.check_shape(s) is None for s in mlp_suite.SHAPE_PRESETS["full"])

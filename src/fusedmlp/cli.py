@@ -54,7 +54,7 @@ def cmd_info(args) -> int:
     else:
         print("device   no CUDA GPU")
         print(f"backend  {'Triton interpreter' if INTERPRET else 'PyTorch reference'} on CPU tensors")
-    print(f"ops      geglu, linear_act, swiglu, lora_linear, fused_add_mul_activation; activations: {', '.join(fusedmlp.ACTIVATIONS)}")
+    print(f"ops      geglu, linear_act, swiglu, lora_linear, mlp, fused_add_mul_activation; activations: {', '.join(fusedmlp.ACTIVATIONS)}")
     return 0
 
 
@@ -91,10 +91,18 @@ def cmd_bench(args) -> int:
             return 2
         shapes = suite.SHAPE_PRESETS[shapes]
     fields = suite.SHAPE_FIELDS
-    bad = [s for s in shapes if len(s) != len(fields) or min(s) <= 0]
-    if bad:
-        print(f"{args.suite} shapes are {'x'.join(fields).upper()} with positive sizes; got {bad}", file=sys.stderr)
-        return 2
+    check = getattr(suite, "check_shape", None)
+    if check is not None:  # suites whose shapes vary in length say themselves what is wrong
+        problems = [(s, check(s)) for s in shapes if check(s)]
+        if problems:
+            print(f"{problems[0][1]}; got {[s for s, _ in problems]}", file=sys.stderr)
+            return 2
+    else:
+        bad = [s for s in shapes if len(s) != len(fields) or min(s) <= 0]
+        if bad:
+            print(f"{args.suite} shapes are {'x'.join(fields).upper()} with positive sizes; got {bad}",
+                  file=sys.stderr)
+            return 2
     stem = f"{args.suite}_{args.dtype}_{env['device'].replace(' ', '_')}"
     json_path = Path(args.out) / f"{stem}.json"
 
@@ -145,12 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("suite", choices=sorted(SUITES), help="which op to benchmark")
     bench.add_argument("--shapes", type=_parse_shapes, default=None,
-                       help="a preset (every suite has 'default'; geglu, linear_act and swiglu also 'full', lora "
+                       help="a preset (every suite has 'default'; geglu, linear_act, swiglu and mlp also 'full', lora "
                             "'small') or a comma-separated list of shapes: geglu DxN "
                             "(model width x rows, e.g. 1024x8192; full: d in 1024..8192 x N in 4096..65536), "
                             "linear_act TOKENSxINxOUT (e.g. 16384x512x1792), swiglu TOKENSxDxHIDDEN "
                             "(e.g. 16384x4096x14336), lora TOKENSxDxR (e.g. 32768x4096x16), add_mul_act "
-                            "ROWSxCOLS (e.g. 32768x4096)")
+                            "ROWSxCOLS (e.g. 32768x4096), mlp BATCHxINx...xOUT (e.g. 2048x13x512x256x64x16; "
+                            "default: the DLRM bottom and top MLPs at 2048, 8192, 65536; full: 2048..65536)")
     bench.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="default: bf16")
     bench.add_argument("--impls", default=None,
                        help="comma-separated subset of the suite's implementations (default: all available). "
@@ -158,10 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "fused,fused_preact,eager,compile,compile_max,gemm; swiglu: fused,fused_recompute,"
                             "eager,compile,compile_max,liger,gemm (liger when liger_kernel is installed); lora: "
                             "fused,fused_in_loop,eager,compile,compile_max,gemm; add_mul_act: fused_triton,fused_cuda,eager,"
-                            "compile")
+                            "compile; mlp: fused,fused_recompute,eager,compile,compile_max,cuda_graph")
     bench.add_argument("--max-autotune", action="store_true",
                        help="also time torch.compile(mode='max-autotune') (compiles for minutes)")
-    bench.add_argument("--modes", default=None, help="comma-separated subset of fwd,bwd,fwd+bwd (default: all)")
+    bench.add_argument("--modes", default=None, help="comma-separated subset of fwd,bwd,fwd+bwd (mlp: fwd,fwd+bwd; default: all the suite has)")
     bench.add_argument("--out", default="bench-out", help="output folder (default: ./bench-out)")
     bench.set_defaults(func=cmd_bench)
 

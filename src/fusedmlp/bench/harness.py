@@ -144,7 +144,7 @@ def measure(forward, mode: str, inputs: tuple, g, steps=None):
 
 
 def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make_forward, gemm_steps,
-              gemms_per_mode, gemm_flops, on_shape_done=None) -> list[Measurement]:
+              gemms_per_mode, gemm_flops, on_shape_done=None, custom_steps=None) -> list[Measurement]:
     """Every (shape, impl, mode) of a suite, with a progress bar.
 
     ``make_inputs(shape, dtype) -> (inputs, g)``; ``make_forward(impl)`` a callable, built once
@@ -152,21 +152,25 @@ def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make
     {mode: callable} of the bare cuBLAS GEMMs (impl ``gemm``); TFLOP/s counts
     ``gemms_per_mode[mode] * gemm_flops(shape)`` (the model's GEMM work). A failing
     implementation is recorded with its error and the run goes on; ``on_shape_done(rows)``
-    runs after each shape (to save partial results).
+    runs after each shape (to save partial results). ``custom_steps`` maps other impls that
+    are timed as prepared steps (e.g. CUDA-graph replays) to ``fn(inputs, g) -> {mode: callable}``.
     """
+    custom_steps = dict(custom_steps or {})
+    if gemm_steps is not None:
+        custom_steps["gemm"] = gemm_steps
     rows = []
     bar = progress(len(shapes) * len(impls) * len(modes), f"bench {name}")
     for shape in shapes:
         torch._dynamo.reset()  # each shape compiles afresh; no recompile limit in the way
         inputs, g = make_inputs(shape, dtype)
-        forwards = {impl: (None if impl == "gemm" else make_forward(impl)) for impl in impls}
+        forwards = {impl: (None if impl in custom_steps else make_forward(impl)) for impl in impls}
         shape_dict = dict(zip(shape_fields, shape))
         for impl in impls:
             for mode in modes:
                 bar.set_postfix_str(f"{shape_dict} {impl} {mode}")
                 row = Measurement(name, shape_dict, str(dtype).replace("torch.", ""), impl, mode)
                 try:
-                    steps = gemm_steps(inputs, g) if impl == "gemm" else None
+                    steps = custom_steps[impl](inputs, g) if impl in custom_steps else None
                     row.ms, row.peak_mib, row.extra = measure(forwards[impl], mode, inputs, g, steps)
                     row.tflops = gemms_per_mode[mode] * gemm_flops(shape) / (row.ms * 1e-3) / 1e12
                 except Exception as exc:  # a peer failing must not lose the other figures

@@ -74,6 +74,17 @@ _LINEAR_DPRE_TILES = [
     ({"BLOCK_N": 256, "GROUP_M": 8}, 8, 1),
 ]
 
+# Whole-MLP kernels (kernels/mlp.py), forward and dgrad: a program carries BLOCK_M rows through
+# every layer, so BLOCK_M trades occupancy (small batches want many programs) against weight
+# traffic (each program reads every weight from L2). The first runs without autotuning.
+_MLP_TILES = [
+    ({"BLOCK_M": 64}, 4, 2),
+    ({"BLOCK_M": 32}, 4, 2),
+    ({"BLOCK_M": 16}, 4, 2),
+    ({"BLOCK_M": 64}, 8, 2),
+    ({"BLOCK_M": 128}, 8, 2),
+]
+
 # Block shape of each tensor-descriptor argument, by argument name, as meta-parameter names.
 # Names not listed are output-shaped: [BLOCK_M, BLOCK_N] tiles of y, h, g, dh, pre, ...
 _DESCRIPTOR_BLOCKS = {
@@ -111,6 +122,7 @@ LORA_TMA_CONFIGS = _configs(_LORA_TILES, tma=True)
 LINEAR_DGRAD_CONFIGS = _configs(_LINEAR_DGRAD_TILES)
 LINEAR_DGRAD_TMA_CONFIGS = _configs(_LINEAR_DGRAD_TILES, tma=True)
 LINEAR_DPRE_CONFIGS = _configs(_LINEAR_DPRE_TILES)
+MLP_CONFIGS = _configs(_MLP_TILES)
 # fp64 on GPU: no tensor cores and 8-byte elements; small tiles keep it out of local memory.
 FP64_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
 # The interpreter's cost is per program: larger tiles, one config.

@@ -3,7 +3,8 @@
 from .glu import GEGLU
 from .linear_act import FusedLinear
 from .lora import LoRALinear
+from .mlp import FusedMLP
 from .patch import patch, unpatch
 from .swiglu import SwiGLU
 
-__all__ = ["GEGLU", "FusedLinear", "LoRALinear", "SwiGLU", "patch", "unpatch"]
+__all__ = ["GEGLU", "FusedLinear", "FusedMLP", "LoRALinear", "SwiGLU", "patch", "unpatch"]

@@ -50,6 +50,15 @@ optimizers, checkpoints and weight tying keep working. The rules:
    own helpers (``merge_and_unload``, ``save_pretrained``) look for PEFT layers: ``unpatch``
    first.
 
+5. **A whole MLP in an** ``nn.Sequential`` (the class itself or a subclass that does not
+   override ``forward``) -> ``fusedmlp.FusedMLP`` holding the same child modules (so indices
+   and keys are unchanged): its children are at least two plain ``nn.Linear`` layers, each
+   followed by at most one activation module (``nn.ReLU``, ``nn.GELU`` with ``approximate``
+   "none" or "tanh", ``nn.SiLU``, ``nn.Sigmoid``, ``fusedmlp.nn.mlp.SquaredReLU`` or
+   ``nn.Identity``), the same one after every layer but the last (which may have its own
+   or none), with chaining shapes and one dtype and device. This rule comes before rule 3,
+   which then handles the Sequentials that are not whole MLPs.
+
 A module carrying forward/backward hooks or a per-instance ``forward``, or whose bypassed
 children do, is never replaced (the fused module would silently skip them). The root module
 itself is never replaced. Patching again finds nothing left to replace, so ``patch`` is
@@ -76,6 +85,7 @@ from torch import nn
 from ..ops.glu import geglu
 from .linear_act import FusedLinear
 from .lora import LoRALinear
+from .mlp import FusedMLP, SquaredReLU
 from .swiglu import SwiGLU
 
 # Plain (non-parameter) attribute of the module given to ``patch``: the swaps ``unpatch`` undoes.
@@ -151,7 +161,8 @@ def patch(model: nn.Module, *, copy: bool = False, recompute: Optional[bool] = N
         model: any ``nn.Module``; changed in place unless ``copy``.
         copy: patch a ``copy.deepcopy`` of ``model`` instead and leave ``model`` untouched.
         recompute: None keeps each fused module's default; a bool is passed on to the
-            ``SwiGLU`` and GEGLU replacements (True: save only the input for the backward).
+            ``SwiGLU``, GEGLU and ``FusedMLP`` replacements (True: save only the input for the
+            backward).
 
     Returns:
         A ``PatchResult``: a list of ``Replacement(name, old_type, new_type)`` records, one
@@ -216,7 +227,8 @@ def _plan(model: nn.Module, options: Dict[str, bool]) -> List[_Swap]:
             if replacement is not None:
                 replacements[id(child)] = replacement
                 swaps.append(_Swap(parent, key, _join(parent_name, key), child, replacement))
-        if isinstance(parent, nn.Sequential) and type(parent).forward is nn.Sequential.forward:
+        if isinstance(parent, nn.Sequential) and type(parent).forward is nn.Sequential.forward \
+                and id(parent) not in replacements:  # a Sequential fused whole (rule 5) is left as it is
             swaps.extend(_fuse_sequential(parent, parent_name))
     return swaps
 
@@ -234,7 +246,7 @@ def _replace_block(module: nn.Module, options: Dict[str, bool]) -> Optional[nn.M
     activation = _geglu_activation(module)
     if activation is not None:
         return PatchedGEGLU(module.proj, activation, **options)
-    return None
+    return _sequential_mlp(module, options)
 
 
 def _fuse_sequential(seq: nn.Sequential, seq_name: str) -> List[_Swap]:
@@ -248,6 +260,32 @@ def _fuse_sequential(seq: nn.Sequential, seq_name: str) -> List[_Swap]:
                                FusedLinear.from_linear(linear, activation=activation)))
             swaps.append(_Swap(seq, act_key, _join(seq_name, act_key), act, nn.Identity()))
     return swaps
+
+
+def _sequential_mlp(module: nn.Module, options: Dict[str, bool]) -> Optional[FusedMLP]:
+    """Rule 5: the FusedMLP standing in for a Sequential of Linear + activation layers, or None."""
+    if not isinstance(module, nn.Sequential) or type(module).forward is not nn.Sequential.forward:
+        return None
+    children = list(module._modules.values())
+    linears, after = [], []  # after[i]: the activation following linears[i] (None: none)
+    for child in children:
+        if _is_plain_linear(child):
+            linears.append(child)
+            after.append(None)
+            continue
+        activation = "identity" if type(child) is nn.Identity and _is_plain(child) else \
+            ("squared_relu" if type(child) is SquaredReLU and _is_plain(child) else _sequential_activation(child))
+        if activation is None or not linears or after[-1] is not None:
+            return None
+        after[-1] = activation
+    if len(linears) < 2:
+        return None
+    hidden = {a or "identity" for a in after[:-1]}
+    if len(hidden) != 1 or len({(lin.weight.dtype, lin.weight.device) for lin in linears}) != 1:
+        return None
+    if any(a.out_features != b.in_features for a, b in itertools.pairwise(linears)):
+        return None
+    return FusedMLP.from_modules(children, hidden.pop(), after[-1] or "identity", **options)
 
 
 def _sequential_activation(module) -> Optional[str]:

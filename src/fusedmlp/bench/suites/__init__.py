@@ -6,4 +6,5 @@ SUITES = {
     "swiglu": "fusedmlp.bench.suites.swiglu",
     "lora": "fusedmlp.bench.suites.lora",
     "add_mul_act": "fusedmlp.bench.suites.add_mul_act",
+    "mlp": "fusedmlp.bench.suites.mlp",
 }

@@ -1,0 +1,508 @@
+"""A whole narrow MLP in one kernel: forward, and a two-kernel backward (dgrad chain, wgrad).
+
+The stack has L layers ``i = 0 .. L-1``; layer i maps ``WIDTHS[i]`` features to
+``WIDTHS[i+1]``, with ``W_i [WIDTHS[i+1], WIDTHS[i]]`` (an ``nn.Linear`` weight), optional
+bias ``b_i`` and activation ``act_i``:
+
+    a_0 = x,   z_i = a_i @ W_i.T + b_i,   a_{i+1} = act_i(z_i),   y = a_L
+
+Shapes: x ``[M, WIDTHS[0]]`` (any strides), y ``[M, WIDTHS[L]]``. Every other tensor here
+(weights, saved activations, gradients) is contiguous and row-major, so its row stride is its
+width: a compile-time constant. The per-layer facts are compile-time tuples (``WIDTHS``,
+``PADS`` = widths rounded up to a power of two of at least 16, ``ACTS``, ``HAS_BIAS``,
+``ROLES``, ...): each stack gets its own kernel, its layer loop unrolled.
+
+**Forward** (``mlp_fwd_kernel``): a program owns ``BLOCK_M`` rows and carries them through
+every layer; only y (and, when training, one tensor per layer for the backward) is written.
+The current activation tile ``h`` ``[BLOCK_M, PADS[i]]`` stays in registers and is the left
+operand of the next layer's dot. A tile of ``BLOCK_M x 512`` fp32 would not fit next to the
+rest, so layers have roles, chosen by the host (ops/mlp.py):
+
+- ``full``: the layer's whole output tile is formed at once (``WIDTHS[i+1] <= FULL_MAX``).
+- ``streamed`` + ``consumer``: a wide layer i is produced ``BLOCK_C`` columns at a time and
+  each chunk, once activated, is consumed at once by layer i+1, which accumulates
+  ``chunk @ W_{i+1}[:, chunk].T`` into its own (narrow) accumulator. Layer i's activation
+  never exists whole, on chip or off. This is what lets widths of 512 and more through.
+- ``streamed_out``: a wide last layer, written to y chunk by chunk.
+
+Layer 0 reads x from memory through the shared main loop (kernels/gemm.py) in ``BLOCK_IN``
+steps, so the input width is free (13 or 367: the masks pad it; the caller never pads). A
+streamed layer 0 re-reads its x rows once per chunk (they stay in L1/L2). Padded columns of a
+tile carry ``act(0)`` (0.5 for a sigmoid), harmless: the next layer's weight tile is
+masked to zero there.
+
+**Backward** with ``g = dL/dy``, ``d_i = dL/dz_i``:
+
+    d_{L-1} = g * act'_{L-1}      d_{i-1} = (d_i @ W_i) * act'_{i-1}      dx = d_0 @ W_0
+    dW_i = d_i.T @ a_i            db_i = d_i.sum(0)
+
+- ``mlp_dgrad_kernel``: one program per row block walks the layers from the last to the
+  first, mirroring the forward roles: ``d_i @ W_i`` is formed on chip and the activation
+  derivative applied in registers (from the saved pre-activation, or from the saved output
+  for relu-like activations), so no ``d @ W`` product makes a round trip to memory. Each
+  ``d_i`` is written once (in the data dtype, as eager PyTorch keeps it), for the weight
+  gradients. dx is formed in the same walk when the input is narrow (``DX_DIRECT``); a wide
+  input (367) would need a ``BLOCK_M x 512`` accumulator, so there the program reads its own
+  ``d_0`` rows back (after a barrier; they are in L2) and forms dx in column chunks.
+- ``mlp_wgrad_kernel``: every ``dW_i`` (and ``db_i``) in one launch: a grouped GEMM over the
+  layers, each tile ``[BLOCK_N, BLOCK_K]`` of one ``dW_i`` summing over a fixed slice of the
+  rows (``grid[1]`` slices, so that a few small matrices still fill the GPU when M is large).
+  With one slice the tiles are written in the data dtype; otherwise each slice writes fp32
+  partials and ``mlp_reduce_kernel`` sums them in slice order. No atomics: the gradients are
+  the same bits on every run. The layer inputs ``a_i`` come from the forward's saved tensors:
+  as saved, or ``act(z)`` recomputed on load when the pre-activation was kept.
+
+Cost model (elements moved to or from memory, per row; P = parameters, read from L2 by
+every row block): forward ``WIDTHS[0] + WIDTHS[L]`` plus, when training, one saved tensor per
+layer (``sum WIDTHS[1:L]`` hidden, and ``WIDTHS[L]`` more for a last activation whose
+derivative needs z). dgrad reads g and the saved tensors and writes every ``d_i``
+(``sum WIDTHS[1:]``) and dx; wgrad reads every ``d_i`` and ``a_i`` once. Eager PyTorch moves
+each hidden activation about six times (write z, read z, write a, read a twice in backward,
+...) and launches 2 kernels per layer forward and 3-4 backward; here it is 1 forward and 2-3
+backward launches, whatever the depth. The FLOPs are the eager ones, ``2 M P`` forward and
+``4 M P`` backward, save the padding of narrow widths to 16.
+"""
+
+import triton
+import triton.language as tl
+
+from .activations import activation, activation_grad
+from .gemm import round_operand, xwT_mainloop
+
+
+@triton.jit
+def _operand(t, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
+    """``t`` rounded to the data dtype, ready to be a dot operand (fp32 under the interpreter,
+    whose 16-bit dots are wrong or slow)."""
+    t = round_operand(t, DTYPE, UPCAST)
+    if UPCAST:
+        t = t.to(tl.float32)
+    return t
+
+
+@triton.jit
+def _weight_block(w_ptr, n, k, N: tl.constexpr, K: tl.constexpr, UPCAST: tl.constexpr):
+    """``W[n, k]`` of a contiguous ``[N, K]`` weight for broadcast index tiles n, k (zero outside).
+
+    ``n`` as a row and ``k`` as a column index tile gives ``W.T``'s block (``h @ W.T``);
+    the other way round gives W's own block (``d @ W``).
+    """
+    block = tl.load(w_ptr + n * K + k, mask=(n < N) & (k < K), other=0.0)
+    if UPCAST:
+        block = block.to(tl.float32)
+    return block
+
+
+@triton.jit
+def _load_block(ptr, rows, mask_rows, cols, N: tl.constexpr, ACC_DTYPE: tl.constexpr):
+    """Rows x cols of a contiguous ``[M, N]`` tensor, in the accumulator dtype (zero outside)."""
+    block = tl.load(ptr + rows[:, None] * N + cols[None, :], mask=mask_rows[:, None] & (cols[None, :] < N),
+                    other=0.0)
+    return block.to(ACC_DTYPE)
+
+
+@triton.jit
+def _store_block(ptr, block, rows, mask_rows, cols, N: tl.constexpr, UPCAST: tl.constexpr):
+    """Store rows x cols of a contiguous ``[M, N]`` tensor, rounded to its dtype."""
+    tl.store(ptr + rows[:, None] * N + cols[None, :], round_operand(block, ptr.dtype.element_ty, UPCAST),
+             mask=mask_rows[:, None] & (cols[None, :] < N))
+
+
+@triton.jit
+def _pre_activation(
+    h, x_ptr, w_ptr, b_ptr, rows, mask_rows, cols, stride_xm, stride_xk,
+    K: tl.constexpr, N: tl.constexpr, K_PAD: tl.constexpr, FROM_X: tl.constexpr, HAS_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """``z[:, cols] = a @ W[cols].T + b[cols]``: ``a`` is ``h`` on chip, or x in memory (FROM_X)."""
+    mask_cols = cols < N
+    if FROM_X:
+        acc, _ = xwT_mainloop(
+            x_ptr, w_ptr, w_ptr, rows, mask_rows, cols, mask_cols, cols, mask_cols,
+            K, stride_xm, stride_xk, K, 1, K, 1,
+            BLOCK_M, BLOCK_N, 16, BLOCK_K, False, ACC_DTYPE, DOT_PRECISION, UPCAST,
+        )
+    else:
+        k = tl.arange(0, K_PAD)
+        w_t = _weight_block(w_ptr, cols[None, :], k[:, None], N, K, UPCAST)
+        acc = tl.dot(h, w_t, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + cols, mask=mask_cols, other=0.0).to(ACC_DTYPE)[None, :]
+    return acc
+
+
+@triton.jit
+def _keep_for_backward(saved_ptr, z, a, rows, mask_rows, cols, N: tl.constexpr, SAVE: tl.constexpr,
+                       UPCAST: tl.constexpr):
+    """Write what the backward needs of a layer: ``"pre"`` (z), ``"out"`` (act(z)) or ``"none"``."""
+    if SAVE == "pre":
+        _store_block(saved_ptr, z, rows, mask_rows, cols, N, UPCAST)
+    elif SAVE == "out":
+        _store_block(saved_ptr, a, rows, mask_rows, cols, N, UPCAST)
+
+
+@triton.jit
+def _layer_columns(
+    h, x_ptr, w_ptr, b_ptr, saved_ptr, rows, mask_rows, cols, stride_xm, stride_xk,
+    K: tl.constexpr, N: tl.constexpr, K_PAD: tl.constexpr, FROM_X: tl.constexpr, HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr, SAVE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_IN: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """``act(z)[:, cols]`` of one layer (fp32), z or act(z) written for the backward per SAVE."""
+    z = _pre_activation(h, x_ptr, w_ptr, b_ptr, rows, mask_rows, cols, stride_xm, stride_xk, K, N, K_PAD, FROM_X,
+                        HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_IN, ACC_DTYPE, DOT_PRECISION, UPCAST)
+    a = activation(z, ACT)
+    _keep_for_backward(saved_ptr, z, a, rows, mask_rows, cols, N, SAVE, UPCAST)
+    return a
+
+
+@triton.jit
+def _streamed_into_output(
+    h, x_ptr, w_ptr, b_ptr, saved_ptr, y_ptr, rows, mask_rows, stride_xm, stride_xk,
+    K: tl.constexpr, N: tl.constexpr, K_PAD: tl.constexpr, FROM_X: tl.constexpr, HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr, SAVE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_IN: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """A wide last layer, written to y ``BLOCK_C`` columns at a time."""
+    for c in range(0, N, BLOCK_C):
+        cols = c + tl.arange(0, BLOCK_C)
+        a = _layer_columns(h, x_ptr, w_ptr, b_ptr, saved_ptr, rows, mask_rows, cols, stride_xm, stride_xk, K, N,
+                           K_PAD, FROM_X, HAS_BIAS, ACT, SAVE, BLOCK_M, BLOCK_C, BLOCK_IN, ACC_DTYPE, DOT_PRECISION,
+                           UPCAST)
+        _store_block(y_ptr, a, rows, mask_rows, cols, N, UPCAST)
+
+
+@triton.jit
+def _streamed_pair(
+    h, x_ptr, w_ptr, b_ptr, saved_ptr, w_next_ptr, b_next_ptr, saved_next_ptr, rows, mask_rows,
+    stride_xm, stride_xk,
+    K: tl.constexpr, N: tl.constexpr, K_PAD: tl.constexpr, FROM_X: tl.constexpr, HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr, SAVE: tl.constexpr,
+    N_NEXT: tl.constexpr, N_NEXT_PAD: tl.constexpr, HAS_BIAS_NEXT: tl.constexpr, ACT_NEXT: tl.constexpr,
+    SAVE_NEXT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_IN: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """A wide layer streamed into the next one: each ``BLOCK_C``-column chunk of its activation
+    is multiplied into the next layer's accumulator as soon as it exists. Returns the next
+    layer's activation ``[BLOCK_M, N_NEXT_PAD]`` (fp32)."""
+    DTYPE: tl.constexpr = w_ptr.dtype.element_ty
+    next_cols = tl.arange(0, N_NEXT_PAD)
+    acc_next = tl.zeros((BLOCK_M, N_NEXT_PAD), dtype=ACC_DTYPE)
+    for c in range(0, N, BLOCK_C):
+        cols = c + tl.arange(0, BLOCK_C)
+        a = _layer_columns(h, x_ptr, w_ptr, b_ptr, saved_ptr, rows, mask_rows, cols, stride_xm, stride_xk, K, N,
+                           K_PAD, FROM_X, HAS_BIAS, ACT, SAVE, BLOCK_M, BLOCK_C, BLOCK_IN, ACC_DTYPE, DOT_PRECISION,
+                           UPCAST)
+        w_next_t = _weight_block(w_next_ptr, next_cols[None, :], cols[:, None], N_NEXT, N, UPCAST)
+        acc_next = tl.dot(_operand(a, DTYPE, UPCAST), w_next_t, acc_next, input_precision=DOT_PRECISION,
+                          out_dtype=ACC_DTYPE)
+    z = acc_next
+    if HAS_BIAS_NEXT:
+        z += tl.load(b_next_ptr + next_cols, mask=next_cols < N_NEXT, other=0.0).to(ACC_DTYPE)[None, :]
+    a_next = activation(z, ACT_NEXT)
+    _keep_for_backward(saved_next_ptr, z, a_next, rows, mask_rows, next_cols, N_NEXT, SAVE_NEXT, UPCAST)
+    return a_next
+
+
+@triton.jit
+def mlp_fwd_kernel(
+    x_ptr, w_ptrs, b_ptrs, y_ptr, saved_ptrs,     # w, b, saved: one entry per layer
+    M, M_KEY, stride_xm, stride_xk,
+    WIDTHS: tl.constexpr, PADS: tl.constexpr, ROLES: tl.constexpr, ACTS: tl.constexpr,
+    HAS_BIAS: tl.constexpr, SAVE: tl.constexpr,   # SAVE[i]: "pre", "out" or "none"
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_IN: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """y = the whole stack on ``BLOCK_M`` rows per program (roles: this module's docstring).
+
+    (Tuple entries are wrapped in ``tl.constexpr`` where they are passed on: Triton 3.6 hands
+    them over as plain Python values otherwise.)
+    """
+    DTYPE: tl.constexpr = x_ptr.dtype.element_ty
+    LAYERS: tl.constexpr = len(ACTS)
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    mask_rows = rows < M
+    h = x_ptr  # the activation tile on chip; layer 0 reads x from memory instead
+    for i in tl.static_range(LAYERS):
+        if ROLES[i] == "full":
+            cols = tl.arange(0, tl.constexpr(PADS[i + 1]))
+            a = _layer_columns(
+                h, x_ptr, w_ptrs[i], b_ptrs[i], saved_ptrs[i], rows, mask_rows, cols, stride_xm, stride_xk,
+                tl.constexpr(WIDTHS[i]), tl.constexpr(WIDTHS[i + 1]), tl.constexpr(PADS[i]), i == 0,
+                tl.constexpr(HAS_BIAS[i]), tl.constexpr(ACTS[i]), tl.constexpr(SAVE[i]),
+                BLOCK_M, tl.constexpr(PADS[i + 1]), BLOCK_IN, ACC_DTYPE, DOT_PRECISION, UPCAST,
+            )
+            if i == LAYERS - 1:
+                _store_block(y_ptr, a, rows, mask_rows, cols, tl.constexpr(WIDTHS[i + 1]), UPCAST)
+            else:
+                h = _operand(a, DTYPE, UPCAST)
+        elif ROLES[i] == "streamed_out":
+            _streamed_into_output(
+                h, x_ptr, w_ptrs[i], b_ptrs[i], saved_ptrs[i], y_ptr, rows, mask_rows, stride_xm, stride_xk,
+                tl.constexpr(WIDTHS[i]), tl.constexpr(WIDTHS[i + 1]), tl.constexpr(PADS[i]), i == 0,
+                tl.constexpr(HAS_BIAS[i]), tl.constexpr(ACTS[i]), tl.constexpr(SAVE[i]),
+                BLOCK_M, BLOCK_C, BLOCK_IN, ACC_DTYPE, DOT_PRECISION, UPCAST,
+            )
+        elif ROLES[i] == "streamed":
+            a = _streamed_pair(
+                h, x_ptr, w_ptrs[i], b_ptrs[i], saved_ptrs[i], w_ptrs[i + 1], b_ptrs[i + 1], saved_ptrs[i + 1],
+                rows, mask_rows, stride_xm, stride_xk,
+                tl.constexpr(WIDTHS[i]), tl.constexpr(WIDTHS[i + 1]), tl.constexpr(PADS[i]), i == 0,
+                tl.constexpr(HAS_BIAS[i]), tl.constexpr(ACTS[i]), tl.constexpr(SAVE[i]),
+                tl.constexpr(WIDTHS[i + 2]), tl.constexpr(PADS[i + 2]), tl.constexpr(HAS_BIAS[i + 1]),
+                tl.constexpr(ACTS[i + 1]), tl.constexpr(SAVE[i + 1]),
+                BLOCK_M, BLOCK_C, BLOCK_IN, ACC_DTYPE, DOT_PRECISION, UPCAST,
+            )
+            if i + 1 == LAYERS - 1:
+                _store_block(y_ptr, a, rows, mask_rows, tl.arange(0, tl.constexpr(PADS[i + 2])),
+                             tl.constexpr(WIDTHS[i + 2]), UPCAST)
+            else:
+                h = _operand(a, DTYPE, UPCAST)
+        # a "consumer" layer was completed by the step of the streamed layer before it
+
+
+@triton.jit
+def _dpre(grad, act_in_ptr, rows, mask_rows, cols, N: tl.constexpr, ACT: tl.constexpr, FROM_OUTPUT: tl.constexpr,
+          ACC_DTYPE: tl.constexpr):
+    """``grad * act'`` on a tile; act' from the saved pre-activation, or output if FROM_OUTPUT."""
+    if ACT != "identity":
+        saved = _load_block(act_in_ptr, rows, mask_rows, cols, N, ACC_DTYPE)
+        grad = grad * activation_grad(saved, ACT, FROM_OUTPUT)
+    return grad
+
+
+@triton.jit
+def _dgrad_full(
+    da, w_ptr, act_in_ptr, d_ptr, rows, mask_rows,
+    K: tl.constexpr, N: tl.constexpr, K_PAD: tl.constexpr, N_PAD: tl.constexpr, ACT: tl.constexpr,
+    FROM_OUTPUT: tl.constexpr, FOLD: tl.constexpr, ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    """d = da * act' (written); returns ``d @ W``, the gradient of the layer's input, if FOLD."""
+    cols = tl.arange(0, N_PAD)
+    d = _dpre(da, act_in_ptr, rows, mask_rows, cols, N, ACT, FROM_OUTPUT, ACC_DTYPE)
+    _store_block(d_ptr, d, rows, mask_rows, cols, N, UPCAST)
+    if FOLD:
+        k = tl.arange(0, K_PAD)
+        w = _weight_block(w_ptr, cols[:, None], k[None, :], N, K, UPCAST)
+        d = tl.dot(_operand(d, d_ptr.dtype.element_ty, UPCAST), w, input_precision=DOT_PRECISION,
+                   out_dtype=ACC_DTYPE)
+    return d
+
+
+@triton.jit
+def _dgrad_streamed_out(
+    g_ptr, w_ptr, act_in_ptr, d_ptr, rows, mask_rows,
+    K: tl.constexpr, N: tl.constexpr, K_PAD: tl.constexpr, ACT: tl.constexpr, FROM_OUTPUT: tl.constexpr,
+    FOLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """A wide last layer: d chunk by chunk from g (written), each chunk folded into the
+    gradient of the layer's input, which is returned (if FOLD)."""
+    k = tl.arange(0, K_PAD)
+    da_in = tl.zeros((BLOCK_M, K_PAD), dtype=ACC_DTYPE)
+    for c in range(0, N, BLOCK_C):
+        cols = c + tl.arange(0, BLOCK_C)
+        g = _load_block(g_ptr, rows, mask_rows, cols, N, ACC_DTYPE)
+        d = _dpre(g, act_in_ptr, rows, mask_rows, cols, N, ACT, FROM_OUTPUT, ACC_DTYPE)
+        _store_block(d_ptr, d, rows, mask_rows, cols, N, UPCAST)
+        if FOLD:
+            w = _weight_block(w_ptr, cols[:, None], k[None, :], N, K, UPCAST)
+            da_in = tl.dot(_operand(d, d_ptr.dtype.element_ty, UPCAST), w, da_in, input_precision=DOT_PRECISION,
+                           out_dtype=ACC_DTYPE)
+    return da_in
+
+
+@triton.jit
+def _dgrad_consumer(
+    da, w_ptr, act_in_ptr, d_ptr, w_in_ptr, act_in_in_ptr, d_in_ptr, rows, mask_rows,
+    K_IN: tl.constexpr, K: tl.constexpr, N: tl.constexpr, K_IN_PAD: tl.constexpr, N_PAD: tl.constexpr,
+    ACT: tl.constexpr, FROM_OUTPUT: tl.constexpr, ACT_IN: tl.constexpr, FROM_OUTPUT_IN: tl.constexpr,
+    FOLD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """A consumer layer (``[K] -> [N]``) and the wide layer streamed into it (``[K_IN] -> [K]``).
+
+    d = da * act' of the consumer, whole (written); the wide layer's d is formed chunk by
+    chunk, ``(d @ W[:, chunk]) * act_in'`` (written), and each chunk folded into the gradient of
+    the wide layer's input, which is returned (if FOLD)."""
+    DTYPE: tl.constexpr = d_ptr.dtype.element_ty
+    cols = tl.arange(0, N_PAD)
+    d = _dpre(da, act_in_ptr, rows, mask_rows, cols, N, ACT, FROM_OUTPUT, ACC_DTYPE)
+    _store_block(d_ptr, d, rows, mask_rows, cols, N, UPCAST)
+    d = _operand(d, DTYPE, UPCAST)
+    k_in = tl.arange(0, K_IN_PAD)
+    da_in = tl.zeros((BLOCK_M, K_IN_PAD), dtype=ACC_DTYPE)
+    for c in range(0, K, BLOCK_C):
+        mid = c + tl.arange(0, BLOCK_C)
+        w = _weight_block(w_ptr, cols[:, None], mid[None, :], N, K, UPCAST)
+        d_mid = _dpre(tl.dot(d, w, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE), act_in_in_ptr, rows,
+                      mask_rows, mid, K, ACT_IN, FROM_OUTPUT_IN, ACC_DTYPE)
+        _store_block(d_in_ptr, d_mid, rows, mask_rows, mid, K, UPCAST)
+        if FOLD:
+            w_in = _weight_block(w_in_ptr, mid[:, None], k_in[None, :], K, K_IN, UPCAST)
+            da_in = tl.dot(_operand(d_mid, DTYPE, UPCAST), w_in, da_in, input_precision=DOT_PRECISION,
+                           out_dtype=ACC_DTYPE)
+    return da_in
+
+
+@triton.jit
+def _dx_read_back(
+    d0_ptr, w0_ptr, dx_ptr, rows, mask_rows, K: tl.constexpr, N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_IN: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """dx = d_0 @ W_0 (``[M, N] @ [N, K]``) from this program's own d_0 rows, just written."""
+    tl.debug_barrier()  # the rows were written by other threads of this program
+    for c in range(0, K, BLOCK_C):
+        cols = c + tl.arange(0, BLOCK_C)
+        dx, _ = xwT_mainloop(  # d_0 @ (W_0.T).T: W_0.T read in place through its strides
+            d0_ptr, w0_ptr, w0_ptr, rows, mask_rows, cols, cols < K, cols, cols < K,
+            N, N, 1, 1, K, 1, K,
+            BLOCK_M, BLOCK_C, 16, BLOCK_IN, False, ACC_DTYPE, DOT_PRECISION, UPCAST,
+        )
+        _store_block(dx_ptr, dx, rows, mask_rows, cols, K, UPCAST)
+
+
+@triton.jit
+def mlp_dgrad_kernel(
+    g_ptr, w_ptrs, act_in_ptrs, d_ptrs, dx_ptr,   # act_in[i]: layer i's saved z or a; d[i]: dL/dz_i out
+    M, M_KEY,
+    WIDTHS: tl.constexpr, PADS: tl.constexpr, ROLES: tl.constexpr, ACTS: tl.constexpr,
+    FROM_OUTPUT: tl.constexpr,                    # per layer: act_in holds act(z), not z
+    NEEDS_DX: tl.constexpr, DX_DIRECT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_IN: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """Every ``d_i = dL/dz_i`` (written) and dx, on ``BLOCK_M`` rows per program, last layer first.
+
+    ``da`` is the gradient of the current layer's output, full width, in registers; the roles
+    are the forward's (a streamed layer's d is formed chunk by chunk by its consumer's step).
+    A step folds its d into the gradient of its input only where that is wanted: always but
+    at layer 0, where it is dx (``DX_DIRECT``; otherwise dx is read back at the end).
+    """
+    LAYERS: tl.constexpr = len(ACTS)
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    mask_rows = rows < M
+    if ROLES[LAYERS - 1] != "streamed_out":
+        da = _load_block(g_ptr, rows, mask_rows, tl.arange(0, tl.constexpr(PADS[LAYERS])),
+                         tl.constexpr(WIDTHS[LAYERS]), ACC_DTYPE)
+    for i in tl.static_range(LAYERS - 1, -1, -1):
+        if ROLES[i] == "full":
+            da = _dgrad_full(
+                da, w_ptrs[i], act_in_ptrs[i], d_ptrs[i], rows, mask_rows,
+                tl.constexpr(WIDTHS[i]), tl.constexpr(WIDTHS[i + 1]), tl.constexpr(PADS[i]),
+                tl.constexpr(PADS[i + 1]), tl.constexpr(ACTS[i]), tl.constexpr(FROM_OUTPUT[i]),
+                i > 0 or (NEEDS_DX and DX_DIRECT), ACC_DTYPE, DOT_PRECISION, UPCAST,
+            )
+        elif ROLES[i] == "streamed_out":
+            da = _dgrad_streamed_out(
+                g_ptr, w_ptrs[i], act_in_ptrs[i], d_ptrs[i], rows, mask_rows,
+                tl.constexpr(WIDTHS[i]), tl.constexpr(WIDTHS[i + 1]), tl.constexpr(PADS[i]), tl.constexpr(ACTS[i]),
+                tl.constexpr(FROM_OUTPUT[i]), i > 0 or (NEEDS_DX and DX_DIRECT), BLOCK_M, BLOCK_C,
+                ACC_DTYPE, DOT_PRECISION, UPCAST,
+            )
+        elif ROLES[i] == "consumer":
+            da = _dgrad_consumer(
+                da, w_ptrs[i], act_in_ptrs[i], d_ptrs[i], w_ptrs[i - 1], act_in_ptrs[i - 1], d_ptrs[i - 1],
+                rows, mask_rows,
+                tl.constexpr(WIDTHS[i - 1]), tl.constexpr(WIDTHS[i]), tl.constexpr(WIDTHS[i + 1]),
+                tl.constexpr(PADS[i - 1]), tl.constexpr(PADS[i + 1]), tl.constexpr(ACTS[i]),
+                tl.constexpr(FROM_OUTPUT[i]), tl.constexpr(ACTS[i - 1]), tl.constexpr(FROM_OUTPUT[i - 1]),
+                i > 1 or (NEEDS_DX and DX_DIRECT), BLOCK_M, BLOCK_C, ACC_DTYPE, DOT_PRECISION, UPCAST,
+            )
+        # a "streamed" layer was handled by its consumer's step
+    if NEEDS_DX:
+        if DX_DIRECT:
+            _store_block(dx_ptr, da, rows, mask_rows, tl.arange(0, tl.constexpr(PADS[0])), tl.constexpr(WIDTHS[0]),
+                         UPCAST)
+        else:
+            _dx_read_back(d_ptrs[0], w_ptrs[0], dx_ptr, rows, mask_rows, tl.constexpr(WIDTHS[0]),
+                          tl.constexpr(WIDTHS[1]), BLOCK_M, BLOCK_C, BLOCK_IN, ACC_DTYPE, DOT_PRECISION, UPCAST)
+
+
+@triton.jit
+def _wgrad_tile(
+    out_ptr, d_ptr, a_ptr, b_offset, tile_n, tile_k, row_begin, row_end, stride_am, stride_ak,
+    N: tl.constexpr, K: tl.constexpr, A_ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """``dW[n, k] = sum_r d[r, n] a[r, k]`` over rows [row_begin, row_end) into ``out_ptr``
+    (``[N, K]`` row-major, then the ``[N]`` bias gradient at ``b_offset``, tile_k == 0 only).
+    ``A_ACT``: the saved tensor is z, and a = act(z) is formed on load ("identity": a as saved)."""
+    n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    k = tile_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=ACC_DTYPE)
+    db = tl.zeros((BLOCK_N,), dtype=ACC_DTYPE)
+    for r_start in range(row_begin, row_end, BLOCK_R):
+        r = r_start + tl.arange(0, BLOCK_R).to(tl.int64)
+        mask_r = r < row_end
+        d = tl.load(d_ptr + r[:, None] * N + n[None, :], mask=mask_r[:, None] & (n[None, :] < N), other=0.0)
+        a = tl.load(a_ptr + r[:, None] * stride_am + k[None, :] * stride_ak,
+                    mask=mask_r[:, None] & (k[None, :] < K), other=0.0)
+        if A_ACT != "identity":
+            a = round_operand(activation(a.to(ACC_DTYPE), A_ACT), a_ptr.dtype.element_ty, UPCAST)
+        if HAS_BIAS:
+            db += tl.sum(d.to(ACC_DTYPE), axis=0)
+        if UPCAST:
+            d = d.to(tl.float32)
+            a = a.to(tl.float32)
+        acc = tl.dot(tl.trans(d), a, acc, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
+    mask_n = n < N
+    tl.store(out_ptr + n[:, None] * K + k[None, :], round_operand(acc, out_ptr.dtype.element_ty, UPCAST),
+             mask=mask_n[:, None] & (k[None, :] < K))
+    if HAS_BIAS:
+        if tile_k == 0:
+            tl.store(out_ptr + b_offset + n, round_operand(db, out_ptr.dtype.element_ty, UPCAST), mask=mask_n)
+
+
+@triton.jit
+def mlp_wgrad_kernel(
+    x_ptr, d_ptrs, a_ptrs, out_ptr,   # a[i]: the saved tensor giving layer i+1's input; out: see below
+    M, rows_per_slice, stride_xm, stride_xk, SLICE_STRIDE,
+    WIDTHS: tl.constexpr, A_ACTS: tl.constexpr, HAS_BIAS: tl.constexpr, OFFSETS: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """All weight and bias gradients in one launch; grid = (tiles of every dW_i, row slices).
+
+    ``out`` holds, for each layer at ``tl.constexpr(OFFSETS[i])``, ``dW_i`` row-major then ``db_i``: the
+    gradients themselves with one slice, fp32 partials (slice s at ``s * SLICE_STRIDE``) otherwise.
+    """
+    LAYERS: tl.constexpr = len(A_ACTS)
+    tile = tl.program_id(0)
+    row_begin = tl.program_id(1).to(tl.int64) * rows_per_slice
+    row_end = tl.minimum(row_begin + rows_per_slice, M)
+    out_ptr += tl.program_id(1).to(tl.int64) * SLICE_STRIDE
+    first_tile = 0
+    for i in tl.static_range(LAYERS):
+        TILES_K = (tl.constexpr(WIDTHS[i]) + BLOCK_K - 1) // BLOCK_K
+        TILES = (tl.constexpr(WIDTHS[i + 1]) + BLOCK_N - 1) // BLOCK_N * TILES_K
+        if (tile >= first_tile) & (tile < first_tile + TILES):
+            local = tile - first_tile
+            if i == 0:
+                a_ptr, stride_am, stride_ak = x_ptr, stride_xm, stride_xk
+            else:
+                a_ptr, stride_am, stride_ak = a_ptrs[i - 1], tl.constexpr(WIDTHS[i]), 1
+            _wgrad_tile(
+                out_ptr + tl.constexpr(OFFSETS[i]), d_ptrs[i], a_ptr, tl.constexpr(WIDTHS[i + 1]) * tl.constexpr(WIDTHS[i]), local // TILES_K, local % TILES_K,
+                row_begin, row_end, stride_am, stride_ak, tl.constexpr(WIDTHS[i + 1]), tl.constexpr(WIDTHS[i]), tl.constexpr(A_ACTS[i]), tl.constexpr(HAS_BIAS[i]),
+                BLOCK_N, BLOCK_K, BLOCK_R, ACC_DTYPE, DOT_PRECISION, UPCAST,
+            )
+        first_tile = first_tile + TILES
+
+
+@triton.jit
+def mlp_reduce_kernel(partial_ptr, out_ptr, TOTAL, SLICES, BLOCK: tl.constexpr, UPCAST: tl.constexpr):
+    """``out[e] = sum_s partial[s, e]``, slices in order (deterministic), rounded to out's dtype."""
+    e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = e < TOTAL
+    acc = tl.load(partial_ptr + e, mask=mask, other=0.0)
+    for s in range(1, SLICES):
+        acc += tl.load(partial_ptr + s * TOTAL + e, mask=mask, other=0.0)
+    tl.store(out_ptr + e, round_operand(acc, out_ptr.dtype.element_ty, UPCAST), mask=mask)

@@ -1,0 +1,421 @@
+"""A whole MLP in one fused kernel: planning, validation, launch, autograd, torch.library ops.
+
+    fusedmlp.mlp(x, weights, biases=None, activation="relu", last_activation=None, recompute=False)
+        a_0 = x;  a_{i+1} = act_i(a_i @ weights[i].T + biases[i]);  y = a_L
+        act_i = activation for every layer but the last, last_activation for the last.
+
+Forward: one kernel for the whole stack (kernels/mlp.py) when it fits on chip: every layer's
+output at most ``FULL_MAX`` wide, except that a wider layer may be followed by a narrow one
+(it is then streamed in chunks into the next layer) or be the last (streamed into y). So
+13-512-256-64-16 and 367-512-256-1 (DLRM) run as one kernel; two adjacent layers wider than
+``FULL_MAX`` (1024-1024-...) do not, and such stacks run layer by layer through
+``linear_act``, automatically (so do CPU tensors without the Triton interpreter, through its
+PyTorch reference).
+
+Backward: the dgrad kernel (every ``dL/dz_i``, and dx, in one pass from the last layer to the
+first), then one grouped wgrad launch for every dW and db (plus a fixed-order reduction of its
+row-slice partials when the batch is large): 2-3 launches whatever the depth.
+
+What the backward keeps, per layer (``recompute=False``, the default): the output for
+activations whose derivative is a function of it (identity, relu, squared_relu, sigmoid; it
+is also the next layer's input), otherwise the pre-activation (the input of the next layer is
+then recomputed from it on load). For the last layer: y itself, or its pre-activation when
+``last_activation`` needs it. ``recompute=True`` keeps only x and runs the forward kernel again
+at the start of the backward.
+
+Under torch.compile:
+    fusedmlp::mlp(x, weights, biases, acts, save) -> [y, saved_0, ..., saved_{L-1}]
+    fusedmlp::mlp_backward(g, x, weights, biases, saved, y, acts, recompute, needs_dx) -> (dx, grads)
+``grads`` is one flat buffer holding dW_0, db_0, dW_1, ... (views of it are the gradients).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+import triton
+
+from ..kernels.configs import INTERPRET, MLP_CONFIGS, Launcher
+from ..kernels.mlp import mlp_dgrad_kernel, mlp_fwd_kernel, mlp_reduce_kernel, mlp_wgrad_kernel
+from ._common import (
+    acc_dtypes,
+    autotune_m_key,
+    check_bool,
+    check_same_dtype_device,
+    check_tensor,
+    dot_meta,
+    num_sms,
+    use_triton,
+)
+from .activations import DERIVATIVE_FROM_OUTPUT, activation_reference, check_activation
+from .linear_act import linear_act
+
+__all__ = ["mlp", "mlp_reference", "mlp_plan", "FULL_MAX"]
+
+# Widest layer output kept whole on chip (a BLOCK_M x FULL_MAX fp32 accumulator); wider
+# layers are streamed in BLOCK_C-column chunks.
+FULL_MAX = 256
+BLOCK_C = 32 if INTERPRET else 64
+# The wgrad kernel sums each dW tile over row slices of at least this many rows, as many
+# slices as it takes to give every multiprocessor about two tiles.
+WGRAD_MIN_SLICE_ROWS = 1024
+_WGRAD_BLOCK = 32 if INTERPRET else 64  # BLOCK_N = BLOCK_K = BLOCK_R of the wgrad tiles
+_REDUCE_BLOCK = 1024
+
+_KEY = ["M_KEY", "WIDTHS", "ROLES", "ACTS"]
+_fwd_launcher = Launcher(mlp_fwd_kernel, MLP_CONFIGS, key=_KEY + ["HAS_BIAS", "SAVE"])
+_dgrad_launcher = Launcher(mlp_dgrad_kernel, MLP_CONFIGS, key=_KEY + ["FROM_OUTPUT", "NEEDS_DX"])
+
+
+@dataclass(frozen=True)
+class MLPPlan:
+    """How one stack runs: per-layer facts as the kernels take them (tuples, one entry per layer)."""
+
+    widths: tuple   # (in, out_0, ..., out_{L-1})
+    pads: tuple     # widths rounded up to a power of two, at least 16
+    roles: tuple    # "full", "streamed", "consumer" or "streamed_out" (kernels/mlp.py)
+    acts: tuple
+    has_bias: tuple
+    save: tuple     # what a training forward writes per layer: "pre", "out" or "none"
+    from_output: tuple  # act' from the saved output (hidden: the saved tensor; last: y)
+    a_acts: tuple   # wgrad: activation applied to the saved tensor to get layer i's input
+    offsets: tuple  # start of dW_i (then db_i) in the flat gradient buffer
+    total: int      # size of that buffer
+    dx_direct: bool  # dx formed in the dgrad walk (input at most full_max wide), else read back
+
+    @property
+    def layers(self) -> int:
+        return len(self.acts)
+
+
+def _roles(widths: tuple, full_max: int) -> Optional[tuple]:
+    """The roles of the layers, or None when the stack cannot run as one kernel."""
+    layers = len(widths) - 1
+    roles = []
+    for i in range(layers):
+        wide = widths[i + 1] > full_max
+        if roles and roles[-1] == "streamed":
+            if wide:
+                return None  # two wide layers in a row: no narrow consumer
+            roles.append("consumer")
+        elif wide:
+            roles.append("streamed_out" if i == layers - 1 else "streamed")
+        else:
+            roles.append("full")
+    return tuple(roles)
+
+
+@functools.lru_cache(maxsize=256)
+def mlp_plan(widths: tuple, acts: tuple, has_bias: tuple, full_max: int) -> Optional[MLPPlan]:
+    """The plan of a stack (``acts`` resolved per layer), or None if it needs the per-layer path."""
+    roles = _roles(widths, full_max)
+    if roles is None:
+        return None
+    layers = len(acts)
+    save, from_output = [], []
+    for i, act in enumerate(acts):
+        derivable = act in DERIVATIVE_FROM_OUTPUT
+        if i < layers - 1:  # the next layer's input is needed anyway: the output if it gives act'
+            save.append("out" if derivable else "pre")
+            from_output.append(derivable)
+        else:  # y is returned (and saved by autograd): enough when act' follows from it
+            save.append("none" if derivable else "pre")
+            from_output.append(derivable)
+    a_acts = ("identity",) + tuple(acts[i] if save[i] == "pre" else "identity" for i in range(layers - 1))
+    offsets, total = [], 0
+    for i in range(layers):
+        offsets.append(total)
+        total += widths[i + 1] * widths[i] + (widths[i + 1] if has_bias[i] else 0)
+    pads = tuple(max(16, triton.next_power_of_2(w)) for w in widths)
+    return MLPPlan(widths, pads, roles, acts, has_bias, tuple(save), tuple(from_output), a_acts, tuple(offsets),
+                   total, pads[0] <= full_max)
+
+
+def layer_activations(layers: int, activation: str, last_activation: str) -> tuple:
+    return (activation,) * (layers - 1) + (last_activation,)
+
+
+def mlp_reference(x, weights, biases=None, activation="relu", last_activation=None):
+    """Plain PyTorch: the same stack with ``F.linear`` and the activation of each layer."""
+    acts = layer_activations(len(weights), check_activation(activation), check_activation(last_activation))
+    biases = [None] * len(weights) if biases is None else biases
+    for w, b, act in zip(weights, biases, acts):
+        x = activation_reference(torch.nn.functional.linear(x, w, b), act)
+    return x
+
+
+# --------------------------------------------------------------------------------------
+# Kernel launches
+# --------------------------------------------------------------------------------------
+def _block_in(plan: MLPPlan) -> int:
+    """K step of the layer-0 loop over x (and of the dx readback loop over d_0)."""
+    return min(32 if INTERPRET else 64, plan.pads[0])
+
+
+def _launch_forward(x, weights, biases, plan: MLPPlan, save: bool):
+    """(y, saved): y [M, out]; saved[i] per ``plan.save`` when ``save``, else empty tensors."""
+    m = x.shape[0]
+    y = x.new_empty((m, plan.widths[-1]))
+    modes = plan.save if save else ("none",) * plan.layers
+    saved = [x.new_empty((m, plan.widths[i + 1]) if mode != "none" else (0,)) for i, mode in enumerate(modes)]
+    if m == 0:
+        return y, saved
+    grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]),)  # noqa: E731
+    _fwd_launcher.launch(
+        grid, x, tuple(weights), tuple(b if b is not None else y for b in biases), y,
+        tuple(t if t.numel() else y for t in saved),
+        M=m, M_KEY=autotune_m_key(m), stride_xm=x.stride(0), stride_xk=x.stride(1),
+        WIDTHS=plan.widths, PADS=plan.pads, ROLES=plan.roles, ACTS=plan.acts, HAS_BIAS=plan.has_bias,
+        SAVE=modes, BLOCK_C=BLOCK_C, BLOCK_IN=_block_in(plan), **dot_meta(x.dtype), fp64=x.dtype == torch.float64,
+    )
+    return y, saved
+
+
+def _wgrad_slices(m: int, tiles: int, sms: int) -> int:
+    """Row slices of the wgrad launch: about two tiles per multiprocessor, slices of at least
+    WGRAD_MIN_SLICE_ROWS rows."""
+    return max(1, min(triton.cdiv(m, WGRAD_MIN_SLICE_ROWS), triton.cdiv(2 * sms, tiles)))
+
+
+def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool):
+    """(dx, grads): dx [M, in] (empty unless needs_dx); grads the flat dW_0, db_0, dW_1, ... buffer."""
+    m = g.shape[0]
+    layers = plan.layers
+    dx = g.new_empty((m, plan.widths[0]) if needs_dx else (0,))
+    acc_torch = acc_dtypes(g.dtype)[1]
+    if m == 0:
+        return dx, g.new_zeros((plan.total,))
+    g = g.contiguous()
+    d = [g.new_empty((m, plan.widths[i + 1])) for i in range(layers)]
+    # what act'_i reads: the saved tensor; for the last layer y when act' follows from it
+    act_in = list(saved[:-1]) + [y if plan.from_output[-1] else (saved[-1] if saved[-1].numel() else g)]
+    act_in = [t if t.numel() else g for t in act_in]  # identity layers read nothing
+    grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]),)  # noqa: E731
+    _dgrad_launcher.launch(
+        grid, g, tuple(weights), tuple(act_in), tuple(d), dx if needs_dx else g,
+        M=m, M_KEY=autotune_m_key(m), WIDTHS=plan.widths, PADS=plan.pads, ROLES=plan.roles, ACTS=plan.acts,
+        FROM_OUTPUT=plan.from_output, NEEDS_DX=needs_dx, DX_DIRECT=plan.dx_direct,
+        BLOCK_C=BLOCK_C, BLOCK_IN=_block_in(plan), **dot_meta(g.dtype), fp64=g.dtype == torch.float64,
+    )
+
+    block = 16 if (g.dtype == torch.float64 and not INTERPRET) else _WGRAD_BLOCK
+    tiles = sum(triton.cdiv(plan.widths[i + 1], block) * triton.cdiv(plan.widths[i], block) for i in range(layers))
+    slices = _wgrad_slices(m, tiles, 4 if INTERPRET else num_sms(g))
+    rows_per_slice = triton.cdiv(triton.cdiv(m, slices), block) * block
+    slices = triton.cdiv(m, rows_per_slice)
+    grads = g.new_empty((plan.total,))
+    out = grads if slices == 1 else g.new_empty((slices, plan.total), dtype=acc_torch)
+    a_inputs = tuple(saved[i] for i in range(layers - 1))
+    mlp_wgrad_kernel[(tiles, slices)](
+        x, tuple(d), a_inputs if a_inputs else (x,), out,
+        m, rows_per_slice, x.stride(0), x.stride(1), plan.total,
+        WIDTHS=plan.widths, A_ACTS=plan.a_acts, HAS_BIAS=plan.has_bias, OFFSETS=plan.offsets,
+        BLOCK_N=block, BLOCK_K=block, BLOCK_R=block, **dot_meta(g.dtype), num_warps=4,
+    )
+    if slices > 1:
+        mlp_reduce_kernel[(triton.cdiv(plan.total, _REDUCE_BLOCK),)](
+            out, grads, plan.total, slices, BLOCK=_REDUCE_BLOCK, UPCAST=dot_meta(g.dtype)["UPCAST"],
+        )
+    return dx, grads
+
+
+# --------------------------------------------------------------------------------------
+# Implementations shared by both autograd paths
+# --------------------------------------------------------------------------------------
+def _parse_acts(acts: str) -> tuple:
+    return tuple(acts.split(","))
+
+
+def _plan_of(x, weights, biases, acts: tuple) -> MLPPlan:
+    widths = (x.shape[1],) + tuple(w.shape[0] for w in weights)
+    return mlp_plan(widths, acts, tuple(b is not None for b in biases), FULL_MAX)
+
+
+def mlp_forward_impl(x, weights, biases, acts: str, save: bool):
+    """(y, saved) of a fusable stack (``acts``: the per-layer names joined by commas)."""
+    return _launch_forward(x, weights, biases, _plan_of(x, weights, biases, _parse_acts(acts)), save)
+
+
+def mlp_backward_impl(g, x, weights, biases, saved, y, acts: str, recompute: bool, needs_dx: bool):
+    """(dx, grads) of a fusable stack; ``recompute`` first reruns the forward to get ``saved``."""
+    plan = _plan_of(x, weights, biases, _parse_acts(acts))
+    if recompute:
+        y, saved = _launch_forward(x, weights, biases, plan, True)
+    return _launch_backward(g, x, weights, saved, y, plan, needs_dx)
+
+
+@torch.library.custom_op("fusedmlp::mlp", mutates_args=())
+def _mlp_op(x: torch.Tensor, weights: list[torch.Tensor], biases: list[Optional[torch.Tensor]], acts: str,
+            save: bool) -> list[torch.Tensor]:
+    y, saved = mlp_forward_impl(x, weights, biases, acts, save)
+    return [y, *saved]
+
+
+@_mlp_op.register_fake
+def _(x, weights, biases, acts, save):
+    plan = _plan_of(x, weights, biases, _parse_acts(acts))
+    modes = plan.save if save else ("none",) * plan.layers
+    m = x.shape[0]
+    return [x.new_empty((m, plan.widths[-1]))] + [
+        x.new_empty((m, plan.widths[i + 1]) if mode != "none" else (0,)) for i, mode in enumerate(modes)
+    ]
+
+
+@torch.library.custom_op("fusedmlp::mlp_backward", mutates_args=())
+def _mlp_backward_op(g: torch.Tensor, x: torch.Tensor, weights: list[torch.Tensor],
+                     biases: list[Optional[torch.Tensor]], saved: list[torch.Tensor], y: torch.Tensor, acts: str,
+                     recompute: bool, needs_dx: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return mlp_backward_impl(g, x, weights, biases, saved, y, acts, recompute, needs_dx)
+
+
+@_mlp_backward_op.register_fake
+def _(g, x, weights, biases, saved, y, acts, recompute, needs_dx):
+    plan = _plan_of(x, weights, biases, _parse_acts(acts))
+    return g.new_empty((g.shape[0], plan.widths[0]) if needs_dx else (0,)), g.new_empty((plan.total,))
+
+
+def _split_grads(grads, weights, biases, needs):
+    """Views of the flat buffer: (dW_0, db_0, dW_1, db_1, ...), None where not needed."""
+    out, offset = [], 0
+    for i, (w, b) in enumerate(zip(weights, biases)):
+        size = w.numel()
+        out.append(grads[offset:offset + size].view(w.shape) if needs[2 * i] else None)
+        offset += size
+        if b is not None:
+            out.append(grads[offset:offset + b.numel()] if needs[2 * i + 1] else None)
+            offset += b.numel()
+        else:
+            out.append(None)
+    return out
+
+
+class _MLPFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, acts, recompute, *params):
+        weights, biases = params[0::2], params[1::2]
+        y, saved = mlp_forward_impl(x, weights, biases, acts, not recompute)
+        ctx.acts, ctx.recompute = acts, recompute
+        ctx.save_for_backward(x, y, *params, *saved)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, y, *rest = ctx.saved_tensors
+        layers = len(rest) // 3
+        params, saved = rest[:2 * layers], rest[2 * layers:]
+        weights, biases = params[0::2], params[1::2]
+        needs_dx = ctx.needs_input_grad[0]
+        dx, grads = mlp_backward_impl(grad_y, x, weights, biases, saved, y, ctx.acts, ctx.recompute, needs_dx)
+        return (dx if needs_dx else None, None, None, *_split_grads(grads, weights, biases, ctx.needs_input_grad[3:]))
+
+
+def _setup_context(ctx, inputs, output):
+    x, weights, biases, acts, save = inputs
+    y, *saved = output
+    ctx.set_materialize_grads(False)
+    ctx.acts, ctx.recompute = acts, not save
+    ctx.layers = len(weights)
+    ctx.save_for_backward(x, y, *weights, *[b if b is not None else y.new_empty((0,)) for b in biases], *saved)
+    ctx.has_bias = tuple(b is not None for b in biases)
+
+
+def _op_backward(ctx, grad_outputs):
+    grad_y = grad_outputs[0]  # the saved tensors get no gradient
+    x, y, *rest = ctx.saved_tensors
+    layers = ctx.layers
+    weights, biases = rest[:layers], [b if has else None for b, has in zip(rest[layers:2 * layers], ctx.has_bias)]
+    saved = rest[2 * layers:]
+    if grad_y is None:
+        return None, None, None, None, None
+    needs_dx = ctx.needs_input_grad[0]
+    dx, grads = torch.ops.fusedmlp.mlp_backward(grad_y, x, weights, biases, saved, y, ctx.acts, ctx.recompute,
+                                                needs_dx)
+    needs = [True] * (2 * layers)
+    split = _split_grads(grads, weights, biases, needs)
+    return (dx if needs_dx else None), split[0::2], split[1::2], None, None
+
+
+torch.library.register_autograd("fusedmlp::mlp", _op_backward, setup_context=_setup_context)
+
+
+# --------------------------------------------------------------------------------------
+# Public entry point
+# --------------------------------------------------------------------------------------
+def check_mlp_inputs(x, weights, biases) -> list:
+    """Validate the stack; returns the biases as a list (one entry per layer, None allowed)."""
+    check_tensor(x, "x", min_ndim=1)
+    if isinstance(weights, torch.Tensor) or not isinstance(weights, Sequence) or len(weights) == 0:
+        raise TypeError("weights must be a non-empty list or tuple of [out, in] tensors, one per layer")
+    if biases is None:
+        biases = [None] * len(weights)
+    elif isinstance(biases, torch.Tensor) or not isinstance(biases, Sequence):
+        raise TypeError("biases must be None or a list or tuple with one [out] tensor (or None) per layer")
+    elif len(biases) != len(weights):
+        raise ValueError(f"biases has {len(biases)} entries but there are {len(weights)} weights")
+    width = x.shape[-1]
+    for i, (w, b) in enumerate(zip(weights, biases)):
+        check_tensor(w, f"weights[{i}]", ndim=2)
+        if b is not None:
+            check_tensor(b, f"biases[{i}]", ndim=1)
+        check_same_dtype_device("x", x, **{f"weights[{i}]": w, f"biases[{i}]": b})
+        if w.shape[1] != width:
+            source = "x's last dimension" if i == 0 else f"weights[{i - 1}] (out={width})"
+            raise ValueError(f"weights[{i}] has shape {tuple(w.shape)}: it takes {w.shape[1]} inputs but "
+                             f"{source} gives {width}")
+        if w.shape[0] == 0:
+            raise ValueError(f"weights[{i}] has no output features (shape {tuple(w.shape)})")
+        if b is not None and b.shape[0] != w.shape[0]:
+            raise ValueError(f"biases[{i}] must have {w.shape[0]} elements (rows of weights[{i}]), got {b.shape[0]}")
+        width = w.shape[0]
+    return list(biases)
+
+
+def mlp(
+    x: torch.Tensor,
+    weights: Sequence[torch.Tensor],
+    biases: Optional[Sequence[Optional[torch.Tensor]]] = None,
+    activation: Optional[str] = "relu",
+    last_activation: Optional[str] = None,
+    recompute: bool = False,
+) -> torch.Tensor:
+    """A stack of Linear + activation layers as one fused kernel (forward and backward).
+
+    Args:
+        x: ``[..., in]`` input, any leading shape; fp16, bf16, fp32 or fp64; any strides.
+        weights: one ``[out_i, in_i]`` ``nn.Linear`` weight per layer, ``in_{i+1} = out_i``.
+        biases: None, or one ``[out_i]`` tensor (or None) per layer.
+        activation: the activation after every layer but the last (identity, relu,
+            squared_relu, gelu, gelu_tanh, sigmoid, silu; None = identity).
+        last_activation: the activation after the last layer (None = identity).
+        recompute: keep only x for the backward (it reruns the forward kernel) instead of
+            one tensor per layer.
+
+    Returns:
+        ``[..., out_{L-1}]`` tensor of x's dtype.
+    """
+    act, last_act = check_activation(activation), check_activation(last_activation)
+    biases = check_mlp_inputs(x, weights, biases)
+    check_bool(recompute, "recompute")
+    acts = layer_activations(len(weights), act, last_act)
+    x2d = x.reshape(-1, x.shape[-1])
+    plan = None
+    if use_triton(x2d):
+        widths = (x2d.shape[1],) + tuple(w.shape[0] for w in weights)
+        plan = mlp_plan(widths, acts, tuple(b is not None for b in biases), FULL_MAX)
+    if plan is None:  # too wide for one kernel, or CPU without the interpreter: layer by layer
+        y = x2d
+        for w, b, a in zip(weights, biases, acts):
+            y = linear_act(y, w, b, a)
+    else:
+        weights = [w.contiguous() for w in weights]
+        biases = [b.contiguous() if b is not None else None for b in biases]
+        joined = ",".join(acts)
+        if torch.compiler.is_compiling():
+            y = torch.ops.fusedmlp.mlp(x2d, weights, biases, joined, not recompute)[0]
+        else:
+            params = [t for pair in zip(weights, biases) for t in pair]
+            y = _MLPFunction.apply(x2d, joined, recompute, *params)
+    return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])

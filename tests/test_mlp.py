@@ -1,0 +1,298 @@
+"""Whole-MLP kernel: output, dx and every layer's dW and db against a float64 reference."""
+
+import pytest
+import torch
+from helpers import TOLERANCE, rel_err
+from torch import nn
+
+import fusedmlp
+import fusedmlp.ops.mlp as mlp_ops
+from fusedmlp.ops.activations import ACTIVATIONS
+
+DLRM_BOTTOM = [13, 512, 256, 64, 16]
+DLRM_TOP = [367, 512, 256, 1]
+
+
+def make_stack(sizes, device, bias=True, batch=(37,)):
+    """float64 masters: x, weights, biases (None entries where ``bias`` is False) and g."""
+    bias = [bias] * (len(sizes) - 1) if isinstance(bias, bool) else bias
+    x = torch.randn(*batch, sizes[0], dtype=torch.float64, device=device)
+    weights = [torch.randn(o, i, dtype=torch.float64, device=device) / i**0.5 for i, o in zip(sizes, sizes[1:])]
+    biases = [torch.randn(o, dtype=torch.float64, device=device) * 0.5 if has else None
+              for o, has in zip(sizes[1:], bias)]
+    g = torch.randn(*batch, sizes[-1], dtype=torch.float64, device=device)
+    return x, weights, biases, g
+
+
+def forward_and_grads(fn, x, weights, biases, g, dtype, wants):
+    """fn's output and the gradients of the tensors flagged in ``wants`` (x, then each layer's W, b)."""
+    leaves = [x] + [t for pair in zip(weights, biases) for t in pair]
+    leaves = [None if t is None else t.detach().to(dtype).requires_grad_(want) for t, want in zip(leaves, wants)]
+    y = fn(leaves[0], leaves[1::2], leaves[2::2])
+    wrt = [t for t in leaves if t is not None and t.requires_grad]
+    grads = torch.autograd.grad(y, wrt, g.to(dtype)) if wrt else []
+    return y, list(grads)
+
+
+def check_stack(sizes, device, dtype, activation="relu", last_activation=None, bias=True, recompute=False,
+                batch=(37,), wants=None, x_transform=None):
+    """The fused stack against float64 on the same (rounded) inputs. 16-bit stacks round every
+    layer's activation, and the error grows with depth: the bound is the larger of the dtype's
+    tolerance and twice eager PyTorch's own error in that dtype."""
+    x, weights, biases, g = make_stack(sizes, device, bias, batch)
+    n_leaves = 1 + 2 * len(weights)
+    wants = wants or [True] * n_leaves
+    wants = [w and t is not None for w, t in zip(wants, [x] + [t for p in zip(weights, biases) for t in p])]
+    rounded = lambda ts: [None if t is None else t.to(dtype).double() for t in ts]  # noqa: E731
+
+    def fused(x, ws, bs):
+        x = x_transform(x) if x_transform else x
+        return fusedmlp.mlp(x, ws, bs, activation, last_activation, recompute=recompute)
+
+    def reference(x, ws, bs):
+        x = x_transform(x) if x_transform else x
+        return fusedmlp.mlp_reference(x, ws, bs, activation, last_activation)
+
+    y, grads = forward_and_grads(fused, x, weights, biases, g, dtype, wants)
+    y64, grads64 = forward_and_grads(reference, rounded([x])[0], rounded(weights), rounded(biases), g, torch.float64,
+                                     wants)
+    eager, eager_grads = forward_and_grads(reference, x, weights, biases, g, dtype, wants)
+    assert y.dtype == dtype and y.shape == y64.shape
+    names = ["y"] + [n for n, w in zip(["x"] + [f"{k}{i}" for i in range(len(weights)) for k in "Wb"], wants) if w]
+    for name, got, want, base in zip(names, [y] + grads, [y64] + grads64, [eager] + eager_grads):
+        assert got.dtype == dtype and got.shape == want.shape, name
+        bound = TOLERANCE[dtype] if dtype in (torch.float64, torch.float32) else \
+            max(TOLERANCE[dtype], 2 * rel_err(base, want))
+        err = rel_err(got, want)
+        assert err < bound, f"{sizes} {activation}/{last_activation} {dtype} {name}: {err:.3e} >= {bound:.2e}"
+
+
+@pytest.fixture
+def small_on_chip(monkeypatch):
+    """Layers wider than 32 are streamed: every role at interpreter-friendly widths."""
+    monkeypatch.setattr(mlp_ops, "FULL_MAX", 32)
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_every_activation(device, activation, small_on_chip):
+    check_stack([13, 80, 24, 16], device, torch.float32, activation, last_activation=activation)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    "sizes,roles",
+    [
+        ([13, 20, 10, 5, 3, 1], ("full",) * 5),                                     # depth 5, odd widths
+        ([13, 80, 24, 40, 16], ("streamed", "consumer", "streamed", "consumer")),    # bottom-MLP pattern
+        ([70, 80, 24, 1], ("streamed", "consumer", "full")),                         # top-MLP: wide input
+        ([70, 20, 50], ("full", "streamed_out")),                                    # wide last layer
+        ([33, 50], ("streamed_out",)),                                               # depth 1
+    ],
+    ids=["depth5", "bottom-like", "top-like", "wide-last", "depth1"],
+)
+def test_roles_and_dtypes(device, dtype, sizes, roles, small_on_chip):
+    plan = mlp_ops.mlp_plan(tuple(sizes), ("relu",) * (len(sizes) - 2) + ("sigmoid",), (True,) * (len(sizes) - 1), 32)
+    assert plan.roles == roles
+    check_stack(sizes, device, dtype, "gelu" if dtype == torch.float64 else "relu", "sigmoid")
+
+
+@pytest.mark.parametrize("recompute", [False, True], ids=["saves", "recompute"])
+@pytest.mark.parametrize("activation", ["relu", "silu"])
+def test_recompute_and_saved_tensors(device, recompute, activation, small_on_chip):
+    check_stack([13, 80, 24, 16], device, torch.float32, activation, "gelu_tanh", recompute=recompute)
+    x, weights, biases, _ = make_stack([13, 80, 24, 16], device)
+    x.requires_grad_(True)
+    y = fusedmlp.mlp(x, weights, biases, activation, "gelu_tanh", recompute=recompute)
+    inputs_and_output = {x.data_ptr(), y.data_ptr()}
+    saved = [t for t in y.grad_fn.saved_tensors if t is not None and t.dim() == 2 and t.shape[0] == x.shape[0]]
+    widths = sorted(t.shape[1] for t in saved if t.data_ptr() not in inputs_and_output)
+    # relu: hidden outputs only (the last layer's gelu_tanh needs its pre-activation);
+    # silu: pre-activations; recompute: nothing but x (and y, the output itself)
+    assert widths == ([] if recompute else [16, 24, 80])
+
+
+@pytest.mark.parametrize("bias", [False, [True, False, True]], ids=["nobias", "mixed"])
+def test_biases(device, bias, small_on_chip):
+    check_stack([21, 40, 18, 9], device, torch.float32, "silu", None, bias=bias)
+
+
+@pytest.mark.parametrize(
+    "wants", [[False, True, True, True, True], [True, False, False, True, True], [True, True, False, False, True]],
+    ids=["no-dx", "frozen-first", "mixed"],
+)
+def test_partial_gradients(device, wants, small_on_chip):
+    check_stack([13, 80, 16], device, torch.float32, "relu", None, wants=wants)
+
+
+def test_3d_strided_and_tiny_batches(device, small_on_chip):
+    check_stack([24, 40, 10], device, torch.float32, "gelu", None, batch=(3, 7))
+    check_stack([24, 40, 10], device, torch.float32, "gelu", None, batch=(1,))
+    check_stack([24, 40, 10], device, torch.float32, "gelu", None, batch=(30,),  # a [30, 24] view, strides (48, 2)
+                x_transform=lambda x: torch.cat([x, x.flip(1)], 1)[:, ::2])
+
+
+def test_wgrad_row_slices(device, monkeypatch, small_on_chip):
+    """Large batches sum the weight gradients over row slices, reduced in a fixed order."""
+    monkeypatch.setattr(mlp_ops, "WGRAD_MIN_SLICE_ROWS", 32)
+    check_stack([13, 80, 24, 16], device, torch.float32, "relu", None, batch=(150,))
+    x, weights, biases, g = make_stack([13, 80, 24, 16], device, batch=(150,))
+    for t in weights + biases:
+        t.requires_grad_(True)
+    runs = [torch.autograd.grad(fusedmlp.mlp(x.float(), [w.float() for w in weights], [b.float() for b in biases]),
+                                weights + biases, g.float()) for _ in range(2)]
+    assert all(torch.equal(a, b) for a, b in zip(*runs)), "weight gradients differ between runs"
+
+
+def test_empty_batch(device):
+    x, weights, biases, _ = make_stack([13, 40, 16], device, batch=(0,))
+    for t in [x] + weights + biases:
+        t.requires_grad_(True)
+    y = fusedmlp.mlp(x, weights, biases)
+    assert y.shape == (0, 16)
+    y.sum().backward()
+    assert x.grad.shape == x.shape
+    assert all(torch.equal(t.grad, torch.zeros_like(t)) for t in weights + biases)
+
+
+def test_too_wide_stacks_run_layer_by_layer(device, monkeypatch):
+    """Two adjacent layers wider than FULL_MAX have no narrow consumer: per-layer linear_act."""
+    monkeypatch.setattr(mlp_ops, "FULL_MAX", 16)
+    assert mlp_ops.mlp_plan((13, 40, 24, 9), ("relu", "relu", "identity"), (True,) * 3, 16) is None
+    calls = []
+    original = mlp_ops.linear_act
+    monkeypatch.setattr(mlp_ops, "linear_act", lambda *a, **k: calls.append(1) or original(*a, **k))
+    check_stack([13, 40, 24, 9], device, torch.float32, "relu", None)
+    assert len(calls) == 3  # one call per layer (the reference runs check_stack's other stacks)
+
+
+@pytest.mark.parametrize(
+    "case,exc,match",
+    [
+        ("empty", TypeError, "weights must be a non-empty list"),
+        ("tensor", TypeError, "weights must be a non-empty list"),
+        ("chain", ValueError, r"weights\[1\] has shape \(8, 7\): it takes 7 inputs but weights\[0\] \(out=9\)"),
+        ("input", ValueError, r"it takes 12 inputs but x's last dimension gives 11"),
+        ("bias_count", ValueError, "biases has 1 entries but there are 2 weights"),
+        ("bias_length", ValueError, r"biases\[1\] must have 8 elements"),
+        ("dtype", TypeError, r"weights\[1\] has dtype torch.float64"),
+        ("activation", ValueError, "activation must be one of"),
+        ("recompute", TypeError, "recompute must be a bool"),
+        ("rank", ValueError, r"weights\[0\] must be 2-D"),
+    ],
+)
+def test_bad_inputs(device, case, exc, match):
+    x = torch.randn(5, 12, device=device)
+    weights = [torch.randn(9, 12, device=device), torch.randn(8, 9, device=device)]
+    biases = [torch.randn(9, device=device), torch.randn(8, device=device)]
+    kwargs = {}
+    if case == "empty":
+        weights = []
+    elif case == "tensor":
+        weights = weights[0]
+    elif case == "chain":
+        weights[1] = torch.randn(8, 7, device=device)
+    elif case == "input":
+        x = torch.randn(5, 11, device=device)
+    elif case == "bias_count":
+        biases = biases[:1]
+    elif case == "bias_length":
+        biases[1] = torch.randn(7, device=device)
+    elif case == "dtype":
+        weights[1] = weights[1].double()
+    elif case == "activation":
+        kwargs["activation"] = "tanh"
+    elif case == "recompute":
+        kwargs["recompute"] = 1
+    elif case == "rank":
+        weights[0] = weights[0][None]
+    with pytest.raises(exc, match=match):
+        fusedmlp.mlp(x, weights, biases, **kwargs)
+
+
+@pytest.mark.parametrize("recompute", [False, True], ids=["saves", "recompute"])
+def test_torch_compile_fullgraph(device, recompute, small_on_chip):
+    torch._dynamo.reset()
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    x, weights, biases, _ = make_stack([13, 80, 24, 16], device)
+    params = [t.float().requires_grad_() for t in weights + biases]
+    x = x.float().requires_grad_()
+
+    def step(x, *params):
+        return fusedmlp.mlp(x, params[:3], params[3:], "silu", "sigmoid", recompute=recompute).square().sum()
+
+    loss = torch.compile(step, fullgraph=True, backend=backend)(x, *params)
+    grads = torch.autograd.grad(loss, [x] + params)
+    eager_loss = step(x, *params)
+    eager = torch.autograd.grad(eager_loss, [x] + params)
+    assert rel_err(loss, eager_loss) < 1e-5
+    for got, want in zip(grads, eager):
+        assert rel_err(got, want) < 1e-5
+
+
+def test_fused_mlp_is_a_drop_in(device):
+    """Same children, keys and initialisation as the Sequential it replaces; loads its checkpoint."""
+    seq = nn.Sequential(nn.Linear(13, 64), nn.ReLU(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 1), nn.Sigmoid())
+    seq = seq.to(device, torch.float64)
+    fused = fusedmlp.FusedMLP([13, 64, 32, 1], "relu", "sigmoid").to(device, torch.float64)
+    assert isinstance(fused, nn.Sequential)
+    assert fused.state_dict().keys() == seq.state_dict().keys()
+    fused.load_state_dict(seq.state_dict())
+    x = torch.randn(9, 13, device=device, dtype=torch.float64)
+    assert rel_err(fused(x), seq(x)) < 1e-12
+    assert rel_err(fused.unfuse()(x), seq(x)) < 1e-12
+    assert [type(m) for m in fused] == [type(m) for m in seq]
+    with pytest.raises(ValueError, match="sizes must list"):
+        fusedmlp.FusedMLP([13])
+    with pytest.raises(ValueError, match="activation must be one of"):
+        fusedmlp.FusedMLP([4, 4, 4], activation="swish")
+
+
+def test_patch_fuses_whole_sequentials(device):
+    """Rule 5: a Sequential MLP inside a model becomes one FusedMLP (same modules, same keys);
+    a Sequential that is not a whole MLP keeps the Linear+activation rule."""
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bottom = nn.Sequential(nn.Linear(13, 40), nn.ReLU(), nn.Linear(40, 24), nn.ReLU(),
+                                        nn.Linear(24, 16), nn.ReLU())
+            self.top = nn.Sequential(nn.Linear(16, 8), nn.GELU(), nn.Dropout(0.0), nn.Linear(8, 1))
+
+        def forward(self, x):
+            return self.top(self.bottom(x))
+
+    model = Model().to(device, torch.float64)
+    x = torch.randn(11, 13, device=device, dtype=torch.float64, requires_grad=True)
+    before = model(x)
+    grads_before = torch.autograd.grad(before.sum(), [x] + list(model.parameters()))
+    keys = model.state_dict().keys()
+    records = fusedmlp.patch(model)
+    assert [(r.name, r.new_type) for r in records] == [("bottom", "FusedMLP"), ("top.0", "FusedLinear"),
+                                                       ("top.1", "Identity")]
+    assert model.state_dict().keys() == keys
+    assert model.bottom.activation == "relu" and model.bottom.last_activation == "relu"
+    after = model(x)
+    grads_after = torch.autograd.grad(after.sum(), [x] + list(model.parameters()))
+    assert rel_err(after, before) < 1e-12
+    for got, want in zip(grads_after, grads_before):
+        assert rel_err(got, want) < 1e-12
+    assert len(fusedmlp.patch(model)) == 0
+    fusedmlp.unpatch(model)
+    assert type(model.bottom) is nn.Sequential
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sizes", [DLRM_BOTTOM, DLRM_TOP], ids=["bottom", "top"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("batch", [2048, 8191])
+def test_dlrm_mlps_on_gpu(sizes, dtype, batch):
+    """The DLRM MLPs at the real widths (one kernel each way), against float64 on the GPU."""
+    last = "sigmoid" if sizes[-1] == 1 else "relu"
+    check_stack(sizes, "cuda", dtype, "relu", last, batch=(batch,))
+    check_stack(sizes, "cuda", dtype, "relu", last, batch=(batch,), recompute=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation", ["gelu", "silu"])
+def test_other_activations_on_gpu(activation):
+    check_stack([100, 384, 128, 48], "cuda", torch.bfloat16, activation, activation, batch=(5000,))
