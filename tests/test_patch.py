@@ -338,7 +338,7 @@ def test_patch_is_idempotent_and_unpatch_restores_everything():
     again = fusedmlp.patch(model)
 
     assert [r.new_type for r in first] == ["PatchedGEGLU"]
-    assert [r.new_type for r in second] == ["SwiGLU", "FusedLinear", "Identity"]
+    assert [r.new_type for r in second] == ["SwiGLU", "FusedMLP"]  # head: a whole Sequential MLP (rule 5)
     assert again == [] and again.model is model
     assert all(patched[name] is module for name, module in model.named_modules())
     _assert_same_snapshot(model, snapshot)
@@ -346,7 +346,7 @@ def test_patch_is_idempotent_and_unpatch_restores_everything():
 
     restored = fusedmlp.unpatch(model)
 
-    assert sorted(r.name for r in restored) == ["head.0", "head.1", "mlp", "net.0"]
+    assert sorted(r.name for r in restored) == ["head", "mlp", "net.0"]
     assert dict(model.named_modules()).keys() == originals.keys()
     assert all(originals[name] is module for name, module in model.named_modules())
     assert fusedmlp.unpatch(model) == []

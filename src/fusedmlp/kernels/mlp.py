@@ -41,9 +41,10 @@ masked to zero there.
   derivative applied in registers (from the saved pre-activation, or from the saved output
   for relu-like activations), so no ``d @ W`` product makes a round trip to memory. Each
   ``d_i`` is written once (in the data dtype, as eager PyTorch keeps it), for the weight
-  gradients. dx is formed in the same walk when the input is narrow (``DX_DIRECT``); a wide
-  input (367) would need a ``BLOCK_M x 512`` accumulator, so there the program reads its own
-  ``d_0`` rows back (after a barrier; they are in L2) and forms dx in column chunks.
+  gradients. dx is formed in the same walk when the input is narrow; a wide input (367) would
+  need a ``BLOCK_M x 512`` accumulator, so there the host forms ``dx = d_0 @ W_0`` on cuBLAS
+  after the kernel. (A program reading its own ``d_0`` rows back after a barrier was tried:
+  on an H200 it read a stale row about once in 8191 x 367 elements.)
 - ``mlp_wgrad_kernel``: every ``dW_i`` (and ``db_i``) in one launch: a grouped GEMM over the
   layers, each tile ``[BLOCK_N, BLOCK_K]`` of one ``dW_i`` summing over a fixed slice of the
   rows (``grid[1]`` slices, so that a few small matrices still fill the GPU when M is large).
@@ -351,31 +352,13 @@ def _dgrad_consumer(
 
 
 @triton.jit
-def _dx_read_back(
-    d0_ptr, w0_ptr, dx_ptr, rows, mask_rows, K: tl.constexpr, N: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_IN: tl.constexpr,
-    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-):
-    """dx = d_0 @ W_0 (``[M, N] @ [N, K]``) from this program's own d_0 rows, just written."""
-    tl.debug_barrier()  # the rows were written by other threads of this program
-    for c in range(0, K, BLOCK_C):
-        cols = c + tl.arange(0, BLOCK_C)
-        dx, _ = xwT_mainloop(  # d_0 @ (W_0.T).T: W_0.T read in place through its strides
-            d0_ptr, w0_ptr, w0_ptr, rows, mask_rows, cols, cols < K, cols, cols < K,
-            N, N, 1, 1, K, 1, K,
-            BLOCK_M, BLOCK_C, 16, BLOCK_IN, False, ACC_DTYPE, DOT_PRECISION, UPCAST,
-        )
-        _store_block(dx_ptr, dx, rows, mask_rows, cols, K, UPCAST)
-
-
-@triton.jit
 def mlp_dgrad_kernel(
     g_ptr, w_ptrs, act_in_ptrs, d_ptrs, dx_ptr,   # act_in[i]: layer i's saved z or a; d[i]: dL/dz_i out
     M, M_KEY,
     WIDTHS: tl.constexpr, PADS: tl.constexpr, ROLES: tl.constexpr, ACTS: tl.constexpr,
     FROM_OUTPUT: tl.constexpr,                    # per layer: act_in holds act(z), not z
-    NEEDS_DX: tl.constexpr, DX_DIRECT: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_IN: tl.constexpr,
+    NEEDS_DX: tl.constexpr,                       # form dx (the input must be at most FULL_MAX wide)
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """Every ``d_i = dL/dz_i`` (written) and dx, on ``BLOCK_M`` rows per program, last layer first.
@@ -383,7 +366,7 @@ def mlp_dgrad_kernel(
     ``da`` is the gradient of the current layer's output, full width, in registers; the roles
     are the forward's (a streamed layer's d is formed chunk by chunk by its consumer's step).
     A step folds its d into the gradient of its input only where that is wanted: always but
-    at layer 0, where it is dx (``DX_DIRECT``; otherwise dx is read back at the end).
+    at layer 0, where it is dx (NEEDS_DX).
     """
     LAYERS: tl.constexpr = len(ACTS)
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -397,13 +380,13 @@ def mlp_dgrad_kernel(
                 da, w_ptrs[i], act_in_ptrs[i], d_ptrs[i], rows, mask_rows,
                 tl.constexpr(WIDTHS[i]), tl.constexpr(WIDTHS[i + 1]), tl.constexpr(PADS[i]),
                 tl.constexpr(PADS[i + 1]), tl.constexpr(ACTS[i]), tl.constexpr(FROM_OUTPUT[i]),
-                i > 0 or (NEEDS_DX and DX_DIRECT), ACC_DTYPE, DOT_PRECISION, UPCAST,
+                i > 0 or NEEDS_DX, ACC_DTYPE, DOT_PRECISION, UPCAST,
             )
         elif ROLES[i] == "streamed_out":
             da = _dgrad_streamed_out(
                 g_ptr, w_ptrs[i], act_in_ptrs[i], d_ptrs[i], rows, mask_rows,
                 tl.constexpr(WIDTHS[i]), tl.constexpr(WIDTHS[i + 1]), tl.constexpr(PADS[i]), tl.constexpr(ACTS[i]),
-                tl.constexpr(FROM_OUTPUT[i]), i > 0 or (NEEDS_DX and DX_DIRECT), BLOCK_M, BLOCK_C,
+                tl.constexpr(FROM_OUTPUT[i]), i > 0 or NEEDS_DX, BLOCK_M, BLOCK_C,
                 ACC_DTYPE, DOT_PRECISION, UPCAST,
             )
         elif ROLES[i] == "consumer":
@@ -413,16 +396,12 @@ def mlp_dgrad_kernel(
                 tl.constexpr(WIDTHS[i - 1]), tl.constexpr(WIDTHS[i]), tl.constexpr(WIDTHS[i + 1]),
                 tl.constexpr(PADS[i - 1]), tl.constexpr(PADS[i + 1]), tl.constexpr(ACTS[i]),
                 tl.constexpr(FROM_OUTPUT[i]), tl.constexpr(ACTS[i - 1]), tl.constexpr(FROM_OUTPUT[i - 1]),
-                i > 1 or (NEEDS_DX and DX_DIRECT), BLOCK_M, BLOCK_C, ACC_DTYPE, DOT_PRECISION, UPCAST,
+                i > 1 or NEEDS_DX, BLOCK_M, BLOCK_C, ACC_DTYPE, DOT_PRECISION, UPCAST,
             )
         # a "streamed" layer was handled by its consumer's step
     if NEEDS_DX:
-        if DX_DIRECT:
-            _store_block(dx_ptr, da, rows, mask_rows, tl.arange(0, tl.constexpr(PADS[0])), tl.constexpr(WIDTHS[0]),
-                         UPCAST)
-        else:
-            _dx_read_back(d_ptrs[0], w_ptrs[0], dx_ptr, rows, mask_rows, tl.constexpr(WIDTHS[0]),
-                          tl.constexpr(WIDTHS[1]), BLOCK_M, BLOCK_C, BLOCK_IN, ACC_DTYPE, DOT_PRECISION, UPCAST)
+        _store_block(dx_ptr, da, rows, mask_rows, tl.arange(0, tl.constexpr(PADS[0])), tl.constexpr(WIDTHS[0]),
+                     UPCAST)
 
 
 @triton.jit

@@ -13,7 +13,8 @@ output at most ``FULL_MAX`` wide, except that a wider layer may be followed by a
 PyTorch reference).
 
 Backward: the dgrad kernel (every ``dL/dz_i``, and dx, in one pass from the last layer to the
-first), then one grouped wgrad launch for every dW and db (plus a fixed-order reduction of its
+first; for an input wider than ``FULL_MAX`` dx is one cuBLAS product after it), then one
+grouped wgrad launch for every dW and db (plus a fixed-order reduction of its
 row-slice partials when the batch is large): 2-3 launches whatever the depth.
 
 What the backward keeps, per layer (``recompute=False``, the default): the output for
@@ -84,7 +85,7 @@ class MLPPlan:
     a_acts: tuple   # wgrad: activation applied to the saved tensor to get layer i's input
     offsets: tuple  # start of dW_i (then db_i) in the flat gradient buffer
     total: int      # size of that buffer
-    dx_direct: bool  # dx formed in the dgrad walk (input at most full_max wide), else read back
+    dx_direct: bool  # dx formed in the dgrad walk (input at most full_max wide), else on cuBLAS
 
     @property
     def layers(self) -> int:
@@ -151,7 +152,7 @@ def mlp_reference(x, weights, biases=None, activation="relu", last_activation=No
 # Kernel launches
 # --------------------------------------------------------------------------------------
 def _block_in(plan: MLPPlan) -> int:
-    """K step of the layer-0 loop over x (and of the dx readback loop over d_0)."""
+    """K step of the layer-0 loop over x."""
     return min(32 if INTERPRET else 64, plan.pads[0])
 
 
@@ -197,9 +198,11 @@ def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool):
     _dgrad_launcher.launch(
         grid, g, tuple(weights), tuple(act_in), tuple(d), dx if needs_dx else g,
         M=m, M_KEY=autotune_m_key(m), WIDTHS=plan.widths, PADS=plan.pads, ROLES=plan.roles, ACTS=plan.acts,
-        FROM_OUTPUT=plan.from_output, NEEDS_DX=needs_dx, DX_DIRECT=plan.dx_direct,
-        BLOCK_C=BLOCK_C, BLOCK_IN=_block_in(plan), **dot_meta(g.dtype), fp64=g.dtype == torch.float64,
+        FROM_OUTPUT=plan.from_output, NEEDS_DX=needs_dx and plan.dx_direct,
+        BLOCK_C=BLOCK_C, **dot_meta(g.dtype), fp64=g.dtype == torch.float64,
     )
+    if needs_dx and not plan.dx_direct:  # a wide input: dx = d_0 @ W_0 on cuBLAS (kernels/mlp.py says why)
+        torch.mm(d[0], weights[0], out=dx)
 
     block = 16 if (g.dtype == torch.float64 and not INTERPRET) else _WGRAD_BLOCK
     tiles = sum(triton.cdiv(plan.widths[i + 1], block) * triton.cdiv(plan.widths[i], block) for i in range(layers))
@@ -404,7 +407,9 @@ def mlp(
     plan = None
     if use_triton(x2d):
         widths = (x2d.shape[1],) + tuple(w.shape[0] for w in weights)
-        plan = mlp_plan(widths, acts, tuple(b is not None for b in biases), FULL_MAX)
+        # (dynamo traces the planner itself rather than call through its cache)
+        planner = mlp_plan.__wrapped__ if torch.compiler.is_compiling() else mlp_plan
+        plan = planner(widths, acts, tuple(b is not None for b in biases), FULL_MAX)
     if plan is None:  # too wide for one kernel, or CPU without the interpreter: layer by layer
         y = x2d
         for w, b, a in zip(weights, biases, acts):

@@ -1,0 +1,79 @@
+"""Host time of each piece of a fused MLP step (no synchronisation inside the timed loop).
+
+    python benchmarks/mlp_host_time.py [--batch 2048] [--dtype bf16]
+
+Prints microseconds per call (median of 5 runs of 200 calls) for: the input checks, the
+forward kernel launch alone, fusedmlp.mlp forward (no grad / training), the backward alone,
+and a full step; then the kernel times of one step from the PyTorch profiler.
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import fusedmlp
+import fusedmlp.ops.mlp as mlp_ops
+
+
+def per_call_us(fn, calls=200, runs=5):
+    fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch", type=int, default=2048)
+    parser.add_argument("--dtype", default="bf16")
+    args = parser.parse_args()
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
+    for sizes, last in (((13, 512, 256, 64, 16), "relu"), ((367, 512, 256, 1), "sigmoid")):
+        x = torch.randn(args.batch, sizes[0], device="cuda", dtype=dtype, requires_grad=True)
+        ws = [(torch.randn(o, i, device="cuda") / i**0.5).to(dtype).requires_grad_() for i, o in zip(sizes, sizes[1:])]
+        bs = [torch.zeros(o, device="cuda", dtype=dtype).requires_grad_() for o in sizes[1:]]
+        g = torch.randn(args.batch, sizes[-1], device="cuda", dtype=dtype)
+        plan = mlp_ops.mlp_plan(tuple(sizes), ("relu",) * (len(sizes) - 2) + (last,), (True,) * (len(sizes) - 1),
+                                mlp_ops.FULL_MAX)
+        y, saved = mlp_ops._launch_forward(x.detach(), ws, bs, plan, True)
+        rows = {
+            "checks": lambda: mlp_ops.check_mlp_inputs(x, ws, bs),
+            "fwd launch (kernel only)": lambda: mlp_ops._launch_forward(x.detach(), ws, bs, plan, False),
+            "fwd launch, saving": lambda: mlp_ops._launch_forward(x.detach(), ws, bs, plan, True),
+            "bwd launches (dgrad+wgrad)": lambda: mlp_ops._launch_backward(g, x.detach(), ws, saved, y, plan, True),
+        }
+        with torch.no_grad():
+            rows["mlp() no grad"] = per_call_us(lambda: fusedmlp.mlp(x, ws, bs, "relu", last))
+        rows["mlp() training fwd"] = lambda: fusedmlp.mlp(x, ws, bs, "relu", last)
+        rows["mlp() fwd+bwd"] = lambda: torch.autograd.grad(fusedmlp.mlp(x, ws, bs, "relu", last), [x] + ws + bs, g)
+
+        def eager():
+            h = x
+            for i, (w, b) in enumerate(zip(ws, bs)):
+                h = torch.nn.functional.linear(h, w, b)
+                h = torch.sigmoid(h) if (i == len(ws) - 1 and last == "sigmoid") else torch.relu(h)
+            return h
+
+        rows["eager fwd"] = eager
+        rows["eager fwd+bwd"] = lambda: torch.autograd.grad(eager(), [x] + ws + bs, g)
+        print(f"\n{'-'.join(map(str, sizes))} batch {args.batch} {args.dtype}: host microseconds per call")
+        for name, fn in rows.items():
+            us = fn if isinstance(fn, float) else per_call_us(fn)
+            print(f"  {name:32s} {us:8.1f}")
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(10):
+                torch.autograd.grad(fusedmlp.mlp(x, ws, bs, "relu", last), [x] + ws + bs, g)
+            torch.cuda.synchronize()
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=8, max_name_column_width=60))
+
+
+if __name__ == "__main__":
+    main()
