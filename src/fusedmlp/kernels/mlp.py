@@ -43,8 +43,7 @@ masked to zero there.
   ``d_i`` is written once (in the data dtype, as eager PyTorch keeps it), for the weight
   gradients. dx is formed in the same walk when the input is narrow; a wide input (367) would
   need a ``BLOCK_M x 512`` accumulator, so there the host forms ``dx = d_0 @ W_0`` on cuBLAS
-  after the kernel. (A program reading its own ``d_0`` rows back after a barrier was tried:
-  on an H200 it read a stale row about once in 8191 x 367 elements.)
+  after the kernel (one more launch, only for inputs wider than FULL_MAX).
 - ``mlp_wgrad_kernel``: every ``dW_i`` (and ``db_i``) in one launch: a grouped GEMM over the
   layers, each tile ``[BLOCK_N, BLOCK_K]`` of one ``dW_i`` summing over a fixed slice of the
   rows (``grid[1]`` slices, so that a few small matrices still fill the GPU when M is large).
