@@ -68,6 +68,7 @@ import triton.language as tl
 
 from .activations import activation, activation_grad
 from .gemm import round_operand, xwT_mainloop
+from .linear_act import _bias_act_epilogue
 
 
 @triton.jit
@@ -110,14 +111,14 @@ def _store_block(ptr, block, rows, mask_rows, cols, N: tl.constexpr, UPCAST: tl.
 
 @triton.jit
 def _pre_activation(
-    h, x_ptr, w_ptr, b_ptr, rows, mask_rows, cols, stride_xm, stride_xk,
-    K: tl.constexpr, N: tl.constexpr, K_PAD: tl.constexpr, FROM_X: tl.constexpr, HAS_BIAS: tl.constexpr,
+    h, x_ptr, w_ptr, rows, mask_rows, cols, stride_xm, stride_xk,
+    K: tl.constexpr, N: tl.constexpr, K_PAD: tl.constexpr, FROM_X: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
-    """``z[:, cols] = a @ W[cols].T + b[cols]``: ``a`` is ``h`` on chip, or x in memory (FROM_X)."""
-    mask_cols = cols < N
+    """``(a @ W[cols].T)``: ``a`` is ``h`` on chip, or x in memory (FROM_X)."""
     if FROM_X:
+        mask_cols = cols < N
         acc, _ = xwT_mainloop(
             x_ptr, w_ptr, w_ptr, rows, mask_rows, cols, mask_cols, cols, mask_cols,
             K, stride_xm, stride_xk, K, 1, K, 1,
@@ -127,19 +128,20 @@ def _pre_activation(
         k = tl.arange(0, K_PAD)
         w_t = _weight_block(w_ptr, cols[None, :], k[:, None], N, K, UPCAST)
         acc = tl.dot(h, w_t, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + cols, mask=mask_cols, other=0.0).to(ACC_DTYPE)[None, :]
     return acc
 
 
 @triton.jit
-def _keep_for_backward(saved_ptr, z, a, rows, mask_rows, cols, N: tl.constexpr, SAVE: tl.constexpr,
-                       UPCAST: tl.constexpr):
-    """Write what the backward needs of a layer: ``"pre"`` (z), ``"out"`` (act(z)) or ``"none"``."""
+def _finish_layer(acc, b_ptr, saved_ptr, rows, mask_rows, cols, N: tl.constexpr, HAS_BIAS: tl.constexpr,
+                  ACT: tl.constexpr, SAVE: tl.constexpr, ACC_DTYPE: tl.constexpr, UPCAST: tl.constexpr):
+    """``act(acc + b)`` on the columns ``cols`` (fp32), writing what the backward needs of the
+    layer: ``SAVE`` = ``"pre"`` (z), ``"out"`` (act(z)) or ``"none"``."""
+    z, a = _bias_act_epilogue(acc, b_ptr, cols, cols < N, ACT, HAS_BIAS, ACC_DTYPE)
     if SAVE == "pre":
         _store_block(saved_ptr, z, rows, mask_rows, cols, N, UPCAST)
     elif SAVE == "out":
         _store_block(saved_ptr, a, rows, mask_rows, cols, N, UPCAST)
+    return a
 
 
 @triton.jit
@@ -151,11 +153,9 @@ def _layer_columns(
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """``act(z)[:, cols]`` of one layer (fp32), z or act(z) written for the backward per SAVE."""
-    z = _pre_activation(h, x_ptr, w_ptr, b_ptr, rows, mask_rows, cols, stride_xm, stride_xk, K, N, K_PAD, FROM_X,
-                        HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_IN, ACC_DTYPE, DOT_PRECISION, UPCAST)
-    a = activation(z, ACT)
-    _keep_for_backward(saved_ptr, z, a, rows, mask_rows, cols, N, SAVE, UPCAST)
-    return a
+    acc = _pre_activation(h, x_ptr, w_ptr, rows, mask_rows, cols, stride_xm, stride_xk, K, N, K_PAD, FROM_X,
+                          BLOCK_M, BLOCK_N, BLOCK_IN, ACC_DTYPE, DOT_PRECISION, UPCAST)
+    return _finish_layer(acc, b_ptr, saved_ptr, rows, mask_rows, cols, N, HAS_BIAS, ACT, SAVE, ACC_DTYPE, UPCAST)
 
 
 @triton.jit
@@ -200,12 +200,8 @@ def _streamed_pair(
         w_next_t = _weight_block(w_next_ptr, next_cols[None, :], cols[:, None], N_NEXT, N, UPCAST)
         acc_next = tl.dot(_operand(a, DTYPE, UPCAST), w_next_t, acc_next, input_precision=DOT_PRECISION,
                           out_dtype=ACC_DTYPE)
-    z = acc_next
-    if HAS_BIAS_NEXT:
-        z += tl.load(b_next_ptr + next_cols, mask=next_cols < N_NEXT, other=0.0).to(ACC_DTYPE)[None, :]
-    a_next = activation(z, ACT_NEXT)
-    _keep_for_backward(saved_next_ptr, z, a_next, rows, mask_rows, next_cols, N_NEXT, SAVE_NEXT, UPCAST)
-    return a_next
+    return _finish_layer(acc_next, b_next_ptr, saved_next_ptr, rows, mask_rows, next_cols, N_NEXT, HAS_BIAS_NEXT,
+                         ACT_NEXT, SAVE_NEXT, ACC_DTYPE, UPCAST)
 
 
 @triton.jit

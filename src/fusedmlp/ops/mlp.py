@@ -192,8 +192,8 @@ def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool):
     g = g.contiguous()
     d = [g.new_empty((m, plan.widths[i + 1])) for i in range(layers)]
     # what act'_i reads: the saved tensor; for the last layer y when act' follows from it
-    act_in = list(saved[:-1]) + [y if plan.from_output[-1] else (saved[-1] if saved[-1].numel() else g)]
-    act_in = [t if t.numel() else g for t in act_in]  # identity layers read nothing
+    act_in = list(saved[:-1]) + [y if plan.from_output[-1] else saved[-1]]
+    act_in = [t if t.numel() else g for t in act_in]  # an identity last layer reads nothing
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]),)  # noqa: E731
     _dgrad_launcher.launch(
         grid, g, tuple(weights), tuple(act_in), tuple(d), dx if needs_dx else g,

@@ -92,13 +92,13 @@ def _forward_fn(shape):
     return make
 
 
-def _make_inputs(shape, dtype):
+def _make_inputs(shape, dtype, device="cuda"):
     batch, sizes = shape[0], shape[1:]
-    inputs = [torch.randn(batch, sizes[0], device="cuda", dtype=dtype, requires_grad=True)]
+    inputs = [torch.randn(batch, sizes[0], device=device, dtype=dtype, requires_grad=True)]
     for n_in, n_out in zip(sizes[:-1], sizes[1:]):
-        inputs.append((torch.randn(n_out, n_in, device="cuda") / n_in**0.5).to(dtype).requires_grad_())
-        inputs.append((torch.randn(n_out, device="cuda") * 0.1).to(dtype).requires_grad_())
-    return tuple(inputs), torch.randn(batch, sizes[-1], device="cuda", dtype=dtype)
+        inputs.append((torch.randn(n_out, n_in, device=device) / n_in**0.5).to(dtype).requires_grad_())
+        inputs.append((torch.randn(n_out, device=device) * 0.1).to(dtype).requires_grad_())
+    return tuple(inputs), torch.randn(batch, sizes[-1], device=device, dtype=dtype)
 
 
 def _graph_steps(forward, inputs, g):
@@ -155,7 +155,8 @@ def run_cpu_check(dtype):
     table = []
     for label, sizes in (("bottom", DLRM_BOTTOM), ("top", DLRM_TOP)):
         last = _last_activation(sizes)
-        inputs64, g64 = _make_inputs_cpu((48, *sizes))
+        inputs64, g64 = _make_inputs((48, *sizes), torch.float64, device="cpu")
+        inputs64 = [t.detach() for t in inputs64]
         ref = [t.clone().requires_grad_() for t in inputs64]
         x, ws, bs = _unpack(ref)
         mlp_reference(x, ws, bs, "relu", last).backward(g64)
@@ -171,10 +172,3 @@ def run_cpu_check(dtype):
                       max(err(a.grad, b.grad) for a, b in zip(leaves[2::2], ref[2::2]))])
     return headers, table
 
-
-def _make_inputs_cpu(shape):
-    batch, sizes = shape[0], shape[1:]
-    inputs = [torch.randn(batch, sizes[0], dtype=torch.float64)]
-    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
-        inputs += [torch.randn(n_out, n_in, dtype=torch.float64) / n_in**0.5, torch.randn(n_out, dtype=torch.float64)]
-    return inputs, torch.randn(batch, sizes[-1], dtype=torch.float64)
