@@ -4,16 +4,19 @@
 
 Prints microseconds per call (median of 5 runs of 200 calls) for: the input checks, the
 forward kernel launch alone, fusedmlp.mlp forward (no grad / training), the backward alone,
-and a full step; then the kernel times of one step from the PyTorch profiler.
+and a full step, each with launches through Triton's own path and through the compiled-launch
+cache (kernels/launch.py); then the kernel times of one step from the PyTorch profiler.
 """
 
 import argparse
+import contextlib
 import statistics
 import time
 
 import torch
 
 import fusedmlp
+import fusedmlp.kernels.launch as launch_mod
 import fusedmlp.ops.mlp as mlp_ops
 
 
@@ -50,8 +53,7 @@ def main():
             "fwd launch, saving": lambda: mlp_ops._launch_forward(x.detach(), ws, bs, plan, True),
             "bwd launches (dgrad+wgrad)": lambda: mlp_ops._launch_backward(g, x.detach(), ws, saved, y, plan, True),
         }
-        with torch.no_grad():
-            rows["mlp() no grad"] = per_call_us(lambda: fusedmlp.mlp(x, ws, bs, "relu", last))
+        rows["mlp() no grad"] = lambda: fusedmlp.mlp(x, ws, bs, "relu", last)
         rows["mlp() training fwd"] = lambda: fusedmlp.mlp(x, ws, bs, "relu", last)
         rows["mlp() fwd+bwd"] = lambda: torch.autograd.grad(fusedmlp.mlp(x, ws, bs, "relu", last), [x] + ws + bs, g)
 
@@ -62,12 +64,28 @@ def main():
                 h = torch.sigmoid(h) if (i == len(ws) - 1 and last == "sigmoid") else torch.relu(h)
             return h
 
+        class Noop(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, t):
+                return t.view_as(t)
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad
+
         rows["eager fwd"] = eager
         rows["eager fwd+bwd"] = lambda: torch.autograd.grad(eager(), [x] + ws + bs, g)
+        rows["no-op autograd.Function fwd+bwd"] = lambda: torch.autograd.grad(Noop.apply(x), [x], x.detach())
+        rows["5 x torch.empty"] = lambda: [torch.empty((args.batch, 64), device="cuda") for _ in range(5)]
         print(f"\n{'-'.join(map(str, sizes))} batch {args.batch} {args.dtype}: host microseconds per call")
+        print(f"  {'':36s} {'triton':>8s} {'cached':>8s}")
         for name, fn in rows.items():
-            us = fn if isinstance(fn, float) else per_call_us(fn)
-            print(f"  {name:32s} {us:8.1f}")
+            times = []
+            for fast in (False, True):
+                launch_mod.FAST_LAUNCH = fast
+                with torch.no_grad() if name == "mlp() no grad" else contextlib.nullcontext():
+                    times.append(per_call_us(fn))
+            print(f"  {name:36s} {times[0]:8.1f} {times[1]:8.1f}")
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(10):
                 torch.autograd.grad(fusedmlp.mlp(x, ws, bs, "relu", last), [x] + ws + bs, g)

@@ -13,6 +13,8 @@ import os
 
 import triton
 
+from .launch import FastLaunch
+
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 # FUSEDMLP_AUTOTUNE=0 launches the first config of each table instead of tuning (compiles one
 # config per specialisation: the GPU test suite uses it to stay fast).
@@ -136,29 +138,40 @@ class Launcher:
     ``launch(grid, *args, fp64=..., **kwargs)``: ``grid`` is a function of the meta-parameters.
     Configs may carry a pre-hook (descriptor block shapes); on the fixed-config paths it is
     called here with the keyword arguments and the config, so descriptors must be keywords.
+    After the first launch of a kind, later ones reuse the compiled kernel directly
+    (kernels/launch.py: the same kernel and config, a fraction of the host time).
     """
 
     def __init__(self, kernel, configs, key, fixed=None):
         self.kernel = kernel
         self.params = set(kernel.arg_names)
         self.fixed = dict(fixed or {})
+        self.key = tuple(key)
         first = configs[0]
         self.default = dict(first.kwargs, num_warps=first.num_warps, num_stages=first.num_stages)
         self.pre_hook = first.pre_hook
         self.tuned = triton.autotune(configs=configs, key=key)(kernel) if AUTOTUNE and not INTERPRET else None
+        self.fast = FastLaunch(kernel, self.pre_hook)
 
     def _run_fixed(self, grid, args, kwargs, meta):
         # the shared fixed configs name every block size; a kernel takes the ones it has
         meta = {k: v for k, v in dict(meta, **self.fixed).items() if k in self.params or k.startswith("num_")}
         if self.pre_hook is not None:
             self.pre_hook(dict(kwargs, **meta))
-        return self.kernel[grid](*args, **kwargs, **meta)
+        return self.kernel[grid](*args, **kwargs, **meta), meta
+
+    def _run_tuned(self, grid, args, kwargs):
+        compiled = self.tuned[grid](*args, **kwargs, **self.fixed)
+        config = self.tuned.best_config
+        return compiled, dict(config.all_kwargs(), **self.fixed)
 
     def launch(self, grid, *args, fp64=False, **kwargs):
         if INTERPRET:
-            return self._run_fixed(grid, args, kwargs, INTERPRET_CONFIG)
+            return self._run_fixed(grid, args, kwargs, INTERPRET_CONFIG)[0]
         if fp64:
-            return self._run_fixed(grid, args, kwargs, FP64_CONFIG)
-        if self.tuned is None:
-            return self._run_fixed(grid, args, kwargs, self.default)
-        return self.tuned[grid](*args, **kwargs, **self.fixed)
+            run = lambda: self._run_fixed(grid, args, kwargs, FP64_CONFIG)  # noqa: E731
+        elif self.tuned is None:
+            run = lambda: self._run_fixed(grid, args, kwargs, self.default)  # noqa: E731
+        else:
+            run = lambda: self._run_tuned(grid, args, kwargs)  # noqa: E731
+        return self.fast.call(run, grid, args, kwargs, by_value=self.key)[0]

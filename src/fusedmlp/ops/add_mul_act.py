@@ -28,6 +28,7 @@ import torch
 import triton
 
 from ..kernels.add_mul_act import add_mul_act_kernel
+from ..kernels.launch import launch
 from ._common import acc_dtypes, check_finite_number, check_same_dtype_device, check_tensor, use_triton
 from .activations import ACTIVATIONS, activation_grad_reference, activation_reference, check_activation
 
@@ -69,8 +70,8 @@ def _launch_triton(out, bias, lora_out, multiplier, act):
     if m == 0 or n == 0:
         return y
     grid = (triton.cdiv(m, _BLOCK_M), triton.cdiv(n, _BLOCK_N))
-    add_mul_act_kernel[grid](
-        out, bias if bias is not None else out, lora_out, y, m, n, multiplier,
+    launch(
+        add_mul_act_kernel, grid, out, bias if bias is not None else out, lora_out, y, m, n, multiplier,
         out.stride(0), out.stride(1), lora_out.stride(0), lora_out.stride(1), y.stride(0),
         ACT=act, HAS_BIAS=bias is not None, ACC_DTYPE=acc_dtypes(out.dtype)[0],
         BLOCK_M=_BLOCK_M, BLOCK_N=_BLOCK_N, num_warps=4,

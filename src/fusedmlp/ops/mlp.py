@@ -40,6 +40,7 @@ import torch
 import triton
 
 from ..kernels.configs import INTERPRET, MLP_CONFIGS, Launcher
+from ..kernels.launch import launch
 from ..kernels.mlp import mlp_dgrad_kernel, mlp_fwd_kernel, mlp_reduce_kernel, mlp_wgrad_kernel
 from ._common import (
     acc_dtypes,
@@ -212,15 +213,15 @@ def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool):
     grads = g.new_empty((plan.total,))
     out = grads if slices == 1 else g.new_empty((slices, plan.total), dtype=acc_torch)
     a_inputs = tuple(saved[i] for i in range(layers - 1))
-    mlp_wgrad_kernel[(tiles, slices)](
-        x, tuple(d), a_inputs if a_inputs else (x,), out,
+    launch(
+        mlp_wgrad_kernel, (tiles, slices), x, tuple(d), a_inputs if a_inputs else (x,), out,
         m, rows_per_slice, x.stride(0), x.stride(1), plan.total,
         WIDTHS=plan.widths, A_ACTS=plan.a_acts, HAS_BIAS=plan.has_bias, OFFSETS=plan.offsets,
         BLOCK_N=block, BLOCK_K=block, BLOCK_R=block, **dot_meta(g.dtype), num_warps=4,
     )
     if slices > 1:
-        mlp_reduce_kernel[(triton.cdiv(plan.total, _REDUCE_BLOCK),)](
-            out, grads, plan.total, slices, BLOCK=_REDUCE_BLOCK, UPCAST=dot_meta(g.dtype)["UPCAST"],
+        launch(
+            mlp_reduce_kernel, (triton.cdiv(plan.total, _REDUCE_BLOCK),), out, grads, plan.total, slices, BLOCK=_REDUCE_BLOCK, UPCAST=dot_meta(g.dtype)["UPCAST"],
         )
     return dx, grads
 

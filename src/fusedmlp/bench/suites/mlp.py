@@ -6,6 +6,8 @@ but the last, which gets ReLU too when OUT > 1 (DLRM's bottom MLP) and a sigmoid
 Implementations, side by side in one run on one device:
     fused            fusedmlp.mlp (one forward kernel; dgrad + wgrad kernels backward)
     fused_recompute  the same keeping only x for the backward (recompute=True)
+    fused_graph      fused captured in a CUDA graph like cuda_graph below: what fusion gains
+                     once launch and host overhead are gone on both sides
     eager            F.linear + activation per layer: what nn.Sequential runs
     compile          the same function under torch.compile (default mode)
     compile_max      torch.compile(mode="max-autotune") (only with --max-autotune)
@@ -33,7 +35,7 @@ SHAPE_PRESETS = {
     "full": [(b, *s) for s in (DLRM_BOTTOM, DLRM_TOP) for b in (2048, 4096, 8192, 16384, 32768, 65536)],
 }
 DEFAULT_SHAPES = SHAPE_PRESETS["default"]
-IMPLS = ("fused", "fused_recompute", "eager", "compile", "compile_max", "cuda_graph")
+IMPLS = ("fused", "fused_recompute", "fused_graph", "eager", "compile", "compile_max", "cuda_graph")
 PEERS = ("eager", "compile", "compile_max", "cuda_graph")
 MODES = ("fwd", "fwd+bwd")
 
@@ -75,7 +77,7 @@ def _forward_fn(shape):
     last = _last_activation(shape[1:])
 
     def make(impl: str):
-        if impl in ("fused", "fused_recompute"):
+        if impl in ("fused", "fused_recompute", "fused_graph"):
             recompute = impl == "fused_recompute"
 
             def fused(*inputs):
@@ -132,7 +134,8 @@ def run_gpu(shapes, dtype, impls, modes, on_shape_done=None) -> list[Measurement
             NAME, [shape], ("batch", "sizes"), dtype, impls, modes, _make_inputs, _forward_fn(shape),
             None, {"fwd": 1, "fwd+bwd": 3}, _flops,
             custom_steps={"cuda_graph": lambda inputs, g: _graph_steps(_eager_fn(_last_activation(shape[1:])),
-                                                                        inputs, g)},
+                                                                        inputs, g),
+                          "fused_graph": lambda inputs, g: _graph_steps(_forward_fn(shape)("fused"), inputs, g)},
         )
         for row in sub_rows:
             row.shape = {"batch": shape[0], "sizes": "-".join(str(s) for s in shape[1:])}

@@ -1,0 +1,129 @@
+"""The compiled-launch cache (kernels/launch.py): its key, and on a GPU that cached launches
+give the same results as Triton's own path, for every specialisation they must tell apart."""
+
+import pytest
+import triton
+import torch
+
+import fusedmlp
+import fusedmlp.kernels.launch as launch_mod
+from fusedmlp.kernels.launch import _value_key
+from fusedmlp.ops.linear_act import _fwd_launcher as linear_fwd_launcher
+from fusedmlp.ops.linear_act import _fwd_tma_launcher as linear_fwd_tma_launcher
+from fusedmlp.ops.mlp import _fwd_launcher as mlp_fwd_launcher
+from fusedmlp.ops.mlp import mlp_reference
+
+
+def test_key_tells_apart_what_triton_specialises_on():
+    base = torch.empty(64, dtype=torch.float32)
+    aligned, misaligned = base[:16], base[1:17]  # 4-byte offset: not 16-byte aligned
+    assert _value_key(aligned) != _value_key(misaligned)
+    assert _value_key(aligned) != _value_key(aligned.to(torch.float64))
+    assert _value_key(aligned) == _value_key(base[4:20])  # 16 bytes further: aligned again
+    assert len({_value_key(v) for v in (1, 2, 16, 32, 2**31, -3)}) == 4  # ==1, %16, int64, plain
+    assert _value_key(2) == _value_key(3) and _value_key(16) == _value_key(48)
+    assert _value_key(True) != _value_key(1)
+    assert _value_key(0.5) == _value_key(2.0)  # runtime floats are never specialised
+    assert _value_key((aligned, 7)) == (_value_key(aligned), _value_key(7))
+
+
+def test_cache_is_off_under_the_interpreter():
+    if torch.cuda.is_available():
+        pytest.skip("CPU-only check")
+    assert not launch_mod.FAST_LAUNCH
+
+
+def _rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not launch_mod.FAST_LAUNCH, reason="the cache runs on Triton 3.6 GPUs")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_cached_launches_match_triton_path(dtype, monkeypatch):
+    """mlp (pointer kernels, tuple arguments) and linear_act (TMA descriptors in bf16): cached
+    launches give bit-identical results to Triton's path, on fresh inputs and new batch sizes."""
+    sizes = (13, 512, 256, 64, 16)
+    ws = [(torch.randn(o, i, device="cuda") / i**0.5).to(dtype) for i, o in zip(sizes, sizes[1:])]
+    bs = [torch.randn(o, device="cuda").to(dtype) for o in sizes[1:]]
+    w, b = ws[1], bs[1]
+    mlp_hits, lin_hits = mlp_fwd_launcher.fast.hits, linear_fwd_tma_launcher.fast.hits + linear_fwd_launcher.fast.hits
+    for batch in (2048, 2048, 1000, 1000, 2047):
+        x = torch.randn(batch, sizes[0], device="cuda", dtype=dtype)
+        h = torch.randn(batch, sizes[1], device="cuda", dtype=dtype)
+        outs = {}
+        for fast in (True, False):
+            monkeypatch.setattr(launch_mod, "FAST_LAUNCH", fast)
+            outs[fast] = (fusedmlp.mlp(x, ws, bs, "relu", "relu"), fusedmlp.linear_act(h, w, b, "gelu_tanh"))
+        for cached, plain in zip(outs[True], outs[False]):
+            assert torch.equal(cached, plain)
+        assert _rel(outs[True][0], mlp_reference(x.double(), [t.double() for t in ws],
+                                                                  [t.double() for t in bs], "relu", "relu")) < 3e-2
+    assert mlp_fwd_launcher.fast.hits - mlp_hits >= 2  # the repeated batch sizes were served from the cache
+    assert linear_fwd_tma_launcher.fast.hits + linear_fwd_launcher.fast.hits - lin_hits >= 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not launch_mod.FAST_LAUNCH, reason="the cache runs on Triton 3.6 GPUs")
+def test_misaligned_input_after_aligned_one_is_not_served_the_aligned_kernel():
+    """An input 2 bytes off 16-byte alignment, after the aligned one filled the cache: a
+    kernel compiled for aligned pointers would read wrong (or fault); the key sends it to a
+    kernel of its own."""
+    dtype = torch.bfloat16
+    w = (torch.randn(96, 200, device="cuda") / 200**0.5).to(dtype)
+    b = torch.randn(96, device="cuda").to(dtype)
+    storage = torch.randn(1024 * 200 + 8, device="cuda", dtype=dtype)
+    aligned = storage[:1024 * 200].view(1024, 200)
+    shifted = storage[1:1024 * 200 + 1].view(1024, 200)
+    for x in (aligned, shifted, aligned, shifted):
+        y = fusedmlp.linear_act(x, w, b, "relu")
+        ref = torch.relu(x.double() @ w.double().T + b.double())
+        assert _rel(y, ref) < 2e-2
+        y = fusedmlp.mlp(x, [w, w[:, :96].contiguous()], [b, b], "relu", "identity")
+        ref = torch.relu(x.double() @ w.double().T + b.double()) @ w[:, :96].double().T + b.double()
+        assert _rel(y, ref) < 2e-2
+
+
+def _toy(x_ptr, y_ptr, n, scale, N_TILE: "tl.constexpr", ACT: "tl.constexpr" = "relu"):  # noqa: F821
+    pass
+
+
+class _RecordingKernel:
+    """Stands in for a compiled kernel: records what the launcher would receive."""
+
+    packed_metadata = "packed"
+    function = "function"
+
+    def __init__(self):
+        self.calls = []
+
+    def run(self, *args):
+        self.calls.append(args)
+
+
+def test_cache_bookkeeping_with_a_recorded_launcher(monkeypatch):
+    """On any machine: misses go through ``run``; hits pass the launcher every argument in
+    signature order (config meta-parameters and defaults filled in) and the config's grid."""
+    from triton.runtime.jit import JITFunction
+
+    monkeypatch.setattr(launch_mod, "FAST_LAUNCH", True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 1234, raising=False)
+    fast = launch_mod.FastLaunch(JITFunction(_toy))
+    compiled, misses = _RecordingKernel(), []
+
+    def run():
+        misses.append(1)
+        return compiled, {"N_TILE": 64, "num_warps": 4}
+
+    x, y = torch.empty(100), torch.empty(100)
+    grid = lambda meta: (triton.cdiv(100, meta["N_TILE"]),)  # noqa: E731
+    for n in (32, 48, 33, 1, 35):  # 32 and 48: both divisible by 16; 33 and 35: neither; 1: its own
+        fast.call(run, grid, (x, y), dict(n=n, scale=0.5 * n))
+    assert len(misses) == 3 and fast.hits == 2
+    (gx, gy, gz, stream, function, packed, meta, enter, exit_, *bound), last = compiled.calls[0], compiled.calls[1]
+    assert (gx, gy, gz, stream, function, packed) == (2, 1, 1, 1234, "function", "packed")
+    assert bound[:2] == [x, y] and bound[2:] == [48, 24.0, 64, "relu"]
+    assert last[9:] == (x, y, 35, 17.5, 64, "relu")
+    fast.call(run, grid, (x, y[1:]), dict(n=48, scale=1.0))  # a misaligned y: a new kind
+    assert len(misses) == 4
