@@ -128,3 +128,22 @@ def test_mlp_suite_shapes():
     assert "BATCHxINx...xOUT" in mlp_suite.check_shape((2048, 13))
     assert "BATCHxINx...xOUT" in mlp_suite.check_shape((2048, 13, 0))
     assert all(mlp_suite.check_shape(s) is None for s in mlp_suite.SHAPE_PRESETS["full"])
+
+
+def test_dlrm_suite_cpu_check_shapes_and_summary(capsys):
+    from fusedmlp.bench.suites import dlrm as dlrm_suite
+
+    assert dlrm_suite.check_shape((2048,)) is None and "BATCH" in dlrm_suite.check_shape((2048, 13))
+    rows = [harness.Measurement("dlrm", {"batch": 4096}, "float32", impl, "train", ms=ms)
+            for impl, ms in (("fused", 1.0), ("eager", 2.0), ("compile", 4.0))]
+    headers, table = dlrm_suite.summary_table(rows)
+    line = dict(zip(headers, table[0]))
+    assert line["fused M/s"] == pytest.approx(4.096) and line["fused/eager"] == pytest.approx(0.5)
+    assert line["fused/compile"] == pytest.approx(0.25)
+    if torch.cuda.is_available():
+        return
+    assert cli.main(["bench", "dlrm", "--dtype", "fp32"]) == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith("| float32"))
+    errors = [float(v.split()[0]) for v in line.split("|")[3:5]]
+    assert all(e < 1e-5 for e in errors), line

@@ -22,6 +22,8 @@ _EXPORTS = {
     "fused_add_mul_activation": "fusedmlp.ops.add_mul_act",
     "mlp": "fusedmlp.ops.mlp",
     "mlp_reference": "fusedmlp.ops.mlp",
+    "dot_interaction": "fusedmlp.ops.interaction",
+    "dot_interaction_reference": "fusedmlp.ops.interaction",
     "ACTIVATIONS": "fusedmlp.ops.activations",
     "GEGLU": "fusedmlp.nn.glu",
     "FusedLinear": "fusedmlp.nn.linear_act",

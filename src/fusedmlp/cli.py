@@ -1,4 +1,5 @@
-"""The ``fusedmlp`` command: ``fusedmlp info``, ``fusedmlp bench SUITE``, ``fusedmlp bench-plot FILE``."""
+"""The ``fusedmlp`` command: ``fusedmlp info``, ``fusedmlp bench SUITE``, ``fusedmlp bench-plot FILE``,
+``fusedmlp dlrm {train,eval,preprocess,synth}``."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def cmd_info(args) -> int:
     else:
         print("device   no CUDA GPU")
         print(f"backend  {'Triton interpreter' if INTERPRET else 'PyTorch reference'} on CPU tensors")
-    print(f"ops      geglu, linear_act, swiglu, lora_linear, mlp, fused_add_mul_activation; activations: {', '.join(fusedmlp.ACTIVATIONS)}")
+    print(f"ops      geglu, linear_act, swiglu, lora_linear, mlp, dot_interaction, fused_add_mul_activation; activations: {', '.join(fusedmlp.ACTIVATIONS)}")
     return 0
 
 
@@ -135,6 +136,103 @@ def cmd_bench_plot(args) -> int:
     return 0
 
 
+def cmd_dlrm_train(args) -> int:
+    import json
+
+    if args.impl in ("auto", "fused"):
+        _prepare_backend()
+    from fusedmlp.dlrm.train import check_train_args, train
+
+    check_train_args(args)
+    result = train(args)
+    print(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=2))
+    return 0
+
+
+def cmd_dlrm_eval(args) -> int:
+    import json
+
+    if args.impl in ("auto", "fused"):
+        _prepare_backend()
+    from fusedmlp.dlrm.train import evaluate_checkpoint
+
+    print(json.dumps(evaluate_checkpoint(args), indent=2))
+    return 0
+
+
+def cmd_dlrm_preprocess(args) -> int:
+    from tqdm import tqdm
+
+    from fusedmlp.dlrm.data import MalformedLineError, preprocess
+
+    with tqdm(desc="preprocess (2 reads)", unit=" lines", unit_scale=True, disable=args.quiet) as bar:
+        try:
+            meta = preprocess(args.input, args.out, index=args.index, max_rows=args.max_rows, min_freq=args.min_freq,
+                              val_fraction=args.val_fraction, strict=args.strict, progress=bar.update)
+        except MalformedLineError as exc:
+            print(f"error: {exc} (without --strict malformed lines are skipped and reported)", file=sys.stderr)
+            return 1
+    report = meta.pop("report")
+    print(f"{args.input}: {report.summary()}")
+    print(f"wrote {args.out}: train {meta['rows']['train']} rows, val {meta['rows']['val']} rows, "
+          f"{meta['index']['kind']} index, table sizes {meta['cardinalities']}")
+    return 0
+
+
+def cmd_dlrm_synth(args) -> int:
+    from fusedmlp.dlrm.data import synthesize, write_tsv
+
+    if args.rows < 1:
+        print("--rows must be at least 1", file=sys.stderr)
+        return 2
+    labels, dense, cats = synthesize(args.rows, seed=args.seed, signal=args.signal)
+    write_tsv(args.out, labels, dense, cats)
+    print(f"wrote {args.out}: {args.rows} Criteo-format lines, click rate {labels.mean():.3f}")
+    return 0
+
+
+def _add_dlrm_parser(sub) -> None:
+    from fusedmlp.dlrm.data import DEFAULT_MAX_ROWS
+    from fusedmlp.dlrm.train import IMPL_CHOICES, add_train_arguments
+
+    dlrm = sub.add_parser("dlrm", help="DLRM on Criteo-format click logs: train, eval, preprocess, synth")
+    dsub = dlrm.add_subparsers(dest="dlrm_command", required=True)
+    train = dsub.add_parser("train", help="train a DLRM (default: on the shipped synthetic sample)",
+                            description="Train a DLRM; prints validation AUC / log loss / accuracy and a JSON summary.")
+    add_train_arguments(train)
+    train.set_defaults(func=cmd_dlrm_train)
+
+    evaluate = dsub.add_parser("eval", help="evaluate a checkpoint on a data set's validation (or training) rows")
+    evaluate.add_argument("checkpoint", help="a checkpoint written by `fusedmlp dlrm train --checkpoint`")
+    evaluate.add_argument("--data", default=None, help="as for train (default: the shipped sample)")
+    evaluate.add_argument("--split", choices=("val", "train"), default="val")
+    evaluate.add_argument("--impl", choices=IMPL_CHOICES, default="auto")
+    evaluate.add_argument("--device", default="auto")
+    evaluate.add_argument("--val-fraction", type=float, default=0.1)
+    evaluate.add_argument("--eval-batch-size", type=int, default=65536)
+    evaluate.set_defaults(func=cmd_dlrm_eval)
+
+    prep = dsub.add_parser("preprocess", help="Criteo TSV (plain or gzip) -> parquet train/val splits + metadata.json")
+    prep.add_argument("input", help="Criteo-format TSV file (.gz or plain)")
+    prep.add_argument("--out", required=True, help="output folder")
+    prep.add_argument("--index", choices=("hash", "vocab"), default="hash",
+                      help="categorical indices: modulus hash (v + 1) %% cardinality (default) or a vocabulary "
+                           "(unknown values -> the reserved index 0)")
+    prep.add_argument("--min-freq", type=int, default=1, help="vocab: keep values seen at least this often")
+    prep.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS, help="rows per table at most (default 2M)")
+    prep.add_argument("--val-fraction", type=float, default=0.1, help="the last share of lines validates")
+    prep.add_argument("--strict", action="store_true", help="fail on the first malformed line instead of skipping it")
+    prep.add_argument("--quiet", action="store_true")
+    prep.set_defaults(func=cmd_dlrm_preprocess)
+
+    synth = dsub.add_parser("synth", help="write synthetic Criteo-format lines with a planted, learnable signal")
+    synth.add_argument("--rows", type=int, required=True)
+    synth.add_argument("--out", required=True, help="output file (.gz for gzip)")
+    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--signal", type=float, default=1.0, help="strength of the hidden model (0: labels are noise)")
+    synth.set_defaults(func=cmd_dlrm_synth)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from fusedmlp.bench.suites import SUITES
 
@@ -159,7 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "linear_act TOKENSxINxOUT (e.g. 16384x512x1792), swiglu TOKENSxDxHIDDEN "
                             "(e.g. 16384x4096x14336), lora TOKENSxDxR (e.g. 32768x4096x16), add_mul_act "
                             "ROWSxCOLS (e.g. 32768x4096), mlp BATCHxINx...xOUT (e.g. 2048x13x512x256x64x16; "
-                            "default: the DLRM bottom and top MLPs at 2048, 8192, 65536; full: 2048..65536)")
+                            "default: the DLRM bottom and top MLPs at 2048, 8192, 65536; full: 2048..65536), dlrm BATCH "
+                            "(e.g. 2048,65536; default 2048, 8192, 65536; full 2048..65536)")
     bench.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="default: bf16")
     bench.add_argument("--impls", default=None,
                        help="comma-separated subset of the suite's implementations (default: all available). "
@@ -167,10 +266,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "fused,fused_preact,eager,compile,compile_max,gemm; swiglu: fused,fused_recompute,"
                             "eager,compile,compile_max,liger,gemm (liger when liger_kernel is installed); lora: "
                             "fused,fused_in_loop,eager,compile,compile_max,gemm; add_mul_act: fused_triton,fused_cuda,eager,"
-                            "compile; mlp: fused,fused_recompute,eager,compile,compile_max,cuda_graph")
+                            "compile; mlp: fused,fused_recompute,fused_graph,eager,compile,compile_max,cuda_graph; dlrm: fused,"
+                            "fused_sparse,eager,eager_sparse,compile")
     bench.add_argument("--max-autotune", action="store_true",
                        help="also time torch.compile(mode='max-autotune') (compiles for minutes)")
-    bench.add_argument("--modes", default=None, help="comma-separated subset of fwd,bwd,fwd+bwd (mlp: fwd,fwd+bwd; default: all the suite has)")
+    bench.add_argument("--modes", default=None, help="comma-separated subset of fwd,bwd,fwd+bwd (mlp: fwd,fwd+bwd; "
+                                                     "dlrm: train,infer; default: all the suite has)")
     bench.add_argument("--out", default="bench-out", help="output folder (default: ./bench-out)")
     bench.set_defaults(func=cmd_bench)
 
@@ -178,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("json", help="a JSON file written by `fusedmlp bench`")
     plot.add_argument("--out", default=None, help="PNG path (default: next to the JSON)")
     plot.set_defaults(func=cmd_bench_plot)
+    _add_dlrm_parser(sub)
     return parser
 
 

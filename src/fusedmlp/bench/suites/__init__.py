@@ -7,4 +7,5 @@ SUITES = {
     "lora": "fusedmlp.bench.suites.lora",
     "add_mul_act": "fusedmlp.bench.suites.add_mul_act",
     "mlp": "fusedmlp.bench.suites.mlp",
+    "dlrm": "fusedmlp.bench.suites.dlrm",
 }

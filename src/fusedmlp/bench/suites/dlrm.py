@@ -1,0 +1,159 @@
+"""Bench suite ``dlrm``: DLRM training and inference throughput, eager vs torch.compile vs fused.
+
+Shapes are BATCH sizes. The model is the Kaggle-size DLRM: 26 tables with the Criteo Kaggle
+cardinalities capped at 2M rows (10.6M rows in all), dim 16, bottom MLP 13-512-256-64-16,
+dot interaction (367 wide), top MLP 367-512-256-1, BCE-with-logits. Inputs are random
+(dense features log-normal counts after log1p, indices uniform per table), held on the GPU.
+
+Modes:
+    train   one optimizer step: forward, loss, backward, SGD step (lr 0.01), gradients set to None
+    infer   forward without autograd
+Implementations:
+    eager          plain PyTorch: nn.Embedding per table, bmm interaction, nn.Sequential MLPs;
+                   dense table gradients
+    eager_sparse   the same with sparse table gradients (SGD updates the touched rows only)
+    compile        eager under torch.compile (dense gradients)
+    fused          fusedmlp's MLP and interaction kernels; dense table gradients
+    fused_sparse   the same with sparse table gradients
+The table is in samples/s (batch / median step time); ratios are fused over each peer's time.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..harness import Measurement, median_ms, peak_mib_above_current, progress
+
+NAME = "dlrm"
+SHAPE_FIELDS = ("batch",)
+SHAPE_PRESETS = {
+    "default": [(2048,), (8192,), (65536,)],
+    "full": [(2048,), (4096,), (8192,), (16384,), (32768,), (65536,)],
+}
+DEFAULT_SHAPES = SHAPE_PRESETS["default"]
+IMPLS = ("fused", "fused_sparse", "eager", "eager_sparse", "compile")
+PEERS = ("eager", "eager_sparse", "compile")
+MODES = ("train", "infer")
+LR = 0.01
+
+
+def default_impls(max_autotune: bool = False) -> list[str]:
+    return list(IMPLS)
+
+
+def check_shape(shape) -> str | None:
+    if len(shape) != 1 or shape[0] <= 0:
+        return "dlrm shapes are BATCH sizes (positive integers), e.g. 2048,65536"
+    return None
+
+
+def _model(impl: str, dtype, device="cuda", config=None):
+    from ...dlrm.model import DLRM, DLRMConfig
+
+    config = config or DLRMConfig()
+    model = DLRM(config, impl="fused" if impl.startswith("fused") else "eager", sparse=impl.endswith("_sparse"))
+    return model.to(device=device, dtype=dtype)
+
+
+def _inputs(batch: int, config, dtype, device="cuda", seed=0):
+    generator = torch.Generator(device=device).manual_seed(seed)
+    dense = torch.log1p(torch.exp(torch.randn(batch, 13, device=device, generator=generator) * 1.5)).to(dtype)
+    cats = torch.stack([torch.randint(0, n, (batch,), device=device, generator=generator)
+                        for n in config.cardinalities], 1)
+    labels = (torch.rand(batch, device=device, generator=generator) < 0.25).to(dtype)
+    return dense, cats, labels
+
+
+def _steps(impl: str, dtype, batch: int):
+    model = _model(impl, dtype)
+    forward = torch.compile(model) if impl == "compile" else model
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    dense, cats, labels = _inputs(batch, model.config, dtype)
+
+    def train():
+        loss = model.loss(forward(dense, cats), labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    def infer():
+        with torch.no_grad():
+            return forward(dense, cats)
+
+    return {"train": train, "infer": infer}, model
+
+
+def run_gpu(shapes, dtype, impls, modes, on_shape_done=None) -> list[Measurement]:
+    rows = []
+    bar = progress(len(shapes) * len(impls) * len(modes), "bench dlrm")
+    for (batch,) in shapes:
+        for impl in impls:
+            try:
+                steps, model = _steps(impl, dtype, batch)
+            except Exception as exc:  # a peer failing must not lose the other figures
+                for mode in modes:
+                    rows.append(Measurement(NAME, {"batch": batch}, str(dtype).replace("torch.", ""), impl, mode,
+                                            note=f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"))
+                    bar.update()
+                continue
+            for mode in modes:
+                bar.set_postfix_str(f"batch {batch} {impl} {mode}")
+                row = Measurement(NAME, {"batch": batch}, str(dtype).replace("torch.", ""), impl, mode)
+                try:
+                    fn = steps[mode]
+                    for _ in range(3):  # warm-up: compilation, autotuning, optimizer state
+                        fn()
+                    row.ms = median_ms(fn)
+                    row.peak_mib = peak_mib_above_current(fn)
+                    row.extra = {"samples_per_s": batch / (row.ms * 1e-3)}
+                except Exception as exc:
+                    row.note = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                rows.append(row)
+                bar.update()
+            del steps, model
+            torch.cuda.empty_cache()
+        if on_shape_done is not None:
+            on_shape_done(rows)
+    bar.close()
+    return rows
+
+
+def summary_table(rows: list[Measurement]):
+    """One line per (batch, mode): million samples/s per impl, then fused time over each peer's."""
+    impls = [i for i in IMPLS if any(r.impl == i for r in rows)]
+    fused = [i for i in impls if i.startswith("fused")]
+    peers = [i for i in impls if i in PEERS]
+    lookup = {(r.shape["batch"], r.mode, r.impl): r for r in rows}
+    keys = list(dict.fromkeys((r.shape["batch"], r.mode) for r in rows))
+    headers = ["batch", "mode"] + [f"{i} M/s" for i in impls] + [f"{f}/{p}" for f in fused for p in peers]
+    table = []
+    for batch, mode in keys:
+        ms = {i: (lookup[(batch, mode, i)].ms if (batch, mode, i) in lookup else None) for i in impls}
+        line = [batch, mode] + [(batch / (ms[i] * 1e-3) / 1e6 if ms[i] else None) for i in impls]
+        line += [(ms[f] / ms[p] if ms[f] and ms[p] else None) for f in fused for p in peers]
+        table.append(line)
+    return headers, table
+
+
+def run_cpu_check(dtype):
+    """No GPU: the fused model (interpreter) against the float64 eager model on a small DLRM."""
+    from ...dlrm.model import DLRMConfig
+
+    config = DLRMConfig(cardinalities=tuple(range(5, 31)), embedding_dim=16, bottom_mlp=(32, 16), top_mlp=(32, 1))
+    dtype = torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype  # (the interpreter's bf16 dots)
+    reference = _model("eager", torch.float64, "cpu", config)
+    fused = _model("fused", dtype, "cpu", config)
+    fused.load_state_dict(reference.state_dict())
+    dense, cats, labels = _inputs(48, config, torch.float64, "cpu")
+    err = lambda a, r: ((a.double() - r).norm() / r.norm()).item()  # noqa: E731
+    ref_loss = reference.loss(reference(dense, cats), labels)
+    ref_loss.backward()
+    logits = fused(dense.to(dtype), cats)
+    fused.loss(logits, labels.to(dtype)).backward()
+    grads = {n: err(p.grad, q.grad) for (n, p), (_, q) in zip(fused.named_parameters(), reference.named_parameters())}
+    headers = ["dtype", "model", "err logits", "worst err grad (parameter)"]
+    worst = max(grads, key=grads.get)
+    table = [[str(dtype).replace("torch.", ""), "DLRM 13-32-16 / dot / 367-32-1",
+              err(logits, reference(dense, cats).detach()), f"{grads[worst]:.2e} ({worst})"]]
+    return headers, table
+

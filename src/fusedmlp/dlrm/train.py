@@ -1,0 +1,297 @@
+"""DLRM training and evaluation: ``fusedmlp dlrm train`` / ``fusedmlp dlrm eval``
+(also ``python -m fusedmlp.dlrm.train``).
+
+The whole data set is held as tensors on the training device; each epoch visits the training
+rows in a permutation drawn from ``(seed, epoch)``, so a run resumed from a checkpoint at step
+s replays exactly the batches and updates of an uninterrupted run. Validation (AUC, log loss,
+accuracy) runs every ``--val-every`` steps and at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .data import DEFAULT_MAX_ROWS, load_data
+from .metrics import click_metrics
+from .model import DLRM, DLRMConfig
+
+IMPL_CHOICES = ("auto", "eager", "compile", "fused")
+CHECKPOINT_VERSION = 1
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA GPU here")
+    return device
+
+
+def resolve_impl(impl: str, device: torch.device) -> str:
+    """``auto``: fused on a GPU, eager on a CPU (where the fused kernels run only through the
+    Triton interpreter, far slower than PyTorch's CPU kernels)."""
+    if impl == "auto":
+        return "fused" if device.type == "cuda" else "eager"
+    return impl
+
+
+def build_optimizer(model: DLRM, name: str, lr: float):
+    if name == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=lr)
+    if name == "adagrad":
+        return torch.optim.Adagrad(model.parameters(), lr=lr)
+    raise ValueError(f"optimizer must be sgd or adagrad, got {name!r}")
+
+
+def _tensors(split, device):
+    return (torch.as_tensor(split.dense, device=device), torch.as_tensor(split.cats, device=device),
+            torch.as_tensor(split.labels, device=device))
+
+
+def epoch_order(rows: int, seed: int, epoch: int, device) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(rows, generator=generator).to(device)
+
+
+@torch.no_grad()
+def evaluate(forward, split_tensors, batch_size: int) -> dict:
+    dense, cats, labels = split_tensors
+    if len(labels) == 0:
+        return {"auc": float("nan"), "log_loss": float("nan"), "accuracy": float("nan"), "rows": 0}
+    probabilities = []
+    for start in range(0, len(labels), batch_size):
+        logits = forward(dense[start:start + batch_size], cats[start:start + batch_size])
+        probabilities.append(torch.sigmoid(logits.float()).cpu())
+    return click_metrics(labels.cpu().numpy(), torch.cat(probabilities).numpy())
+
+
+def _rng_state():
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state):
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(path, model, optimizer, progress: dict, args: dict) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"version": CHECKPOINT_VERSION, "config": model.config.to_dict(), "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(), "progress": progress, "args": args, "rng": _rng_state()}, tmp)
+    os.replace(tmp, path)  # never a half-written checkpoint under the real name
+
+
+def load_checkpoint(path) -> dict:
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    if state.get("version") != CHECKPOINT_VERSION:
+        raise ValueError(f"{path}: not a fusedmlp DLRM checkpoint (version {state.get('version')})")
+    return state
+
+
+def _profiler(directory):
+    if directory is None:
+        return None
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    return profile(activities=activities, schedule=schedule(wait=2, warmup=2, active=5, repeat=1),
+                   on_trace_ready=tensorboard_trace_handler(str(directory)), record_shapes=True)
+
+
+def train(args) -> dict:
+    """Train per ``args`` (the parsed CLI namespace); returns the final metrics and run facts."""
+    from tqdm import tqdm
+
+    device = _device(args.device)
+    impl = resolve_impl(args.impl, device)
+    resume = load_checkpoint(args.resume) if args.resume else None
+    seed = resume["args"]["seed"] if resume else args.seed
+    torch.manual_seed(seed)
+    cardinalities = resume["config"]["cardinalities"] if resume else None
+    data = load_data(args.data, max_rows=args.max_rows, val_fraction=args.val_fraction, cardinalities=cardinalities)
+    if data.report is not None and data.report.malformed:
+        print(f"data: {data.report.summary()}", file=sys.stderr)
+    if resume:
+        config = DLRMConfig.from_dict(resume["config"])
+    else:
+        overrides = {"cardinalities": data.cardinalities}
+        config = DLRMConfig.from_json(args.config, **overrides) if args.config else DLRMConfig(**overrides)
+    if tuple(config.cardinalities) != tuple(data.cardinalities):
+        raise SystemExit(f"the data's table sizes {data.cardinalities} differ from the model's {config.cardinalities}")
+    model = DLRM(config, impl="eager" if impl == "compile" else impl, sparse=args.sparse).to(device)
+    optimizer = build_optimizer(model, args.optimizer, args.lr)
+    progress = {"step": 0, "epoch": 0, "step_in_epoch": 0}
+    if resume:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        progress = dict(resume["progress"])
+        _set_rng_state(resume["rng"])
+    forward = torch.compile(model) if impl == "compile" else model
+
+    train_t, val_t = _tensors(data.train, device), _tensors(data.val, device)
+    rows = len(data.train)
+    if rows == 0:
+        raise SystemExit("the training split is empty")
+    steps_per_epoch = math.ceil(rows / args.batch_size)
+    total_steps = args.steps if args.steps is not None else args.epochs * steps_per_epoch
+    history = []
+    profiler = _profiler(args.profile)
+    if profiler is not None:
+        profiler.start()
+    bar = tqdm(total=total_steps, initial=progress["step"], desc=f"dlrm {impl}", unit="step",
+               disable=args.quiet, dynamic_ncols=True)
+    running, seen, started = None, 0, time.perf_counter()
+    order = None
+    while progress["step"] < total_steps:
+        if order is None or progress["step_in_epoch"] == 0:
+            order = epoch_order(rows, seed, progress["epoch"], device)
+        start = progress["step_in_epoch"] * args.batch_size
+        index = order[start:start + args.batch_size]
+        dense, cats, labels = (t[index] for t in train_t)
+        logits = forward(dense, cats)
+        loss = model.loss(logits, labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if profiler is not None:
+            profiler.step()
+        progress["step"] += 1
+        progress["step_in_epoch"] += 1
+        if progress["step_in_epoch"] == steps_per_epoch:
+            progress["epoch"] += 1
+            progress["step_in_epoch"] = 0
+        seen += len(index)
+        if progress["step"] % args.log_every == 0 or progress["step"] == total_steps:
+            value = loss.item()
+            running = value if running is None else 0.9 * running + 0.1 * value
+            elapsed = time.perf_counter() - started
+            bar.set_postfix(loss=f"{running:.4f}", samples_per_s=f"{seen / max(elapsed, 1e-9):,.0f}")
+        bar.update()
+        at_end = progress["step"] == total_steps
+        if at_end or (args.val_every and progress["step"] % args.val_every == 0):
+            metrics = dict(evaluate(forward, val_t, args.eval_batch_size), step=progress["step"])
+            history.append(metrics)
+            bar.write(f"step {progress['step']}: val auc {metrics['auc']:.4f}  log loss {metrics['log_loss']:.4f}  "
+                      f"accuracy {metrics['accuracy']:.4f}")
+        if args.checkpoint and (at_end or (args.save_every and progress["step"] % args.save_every == 0)):
+            save_checkpoint(args.checkpoint, model, optimizer, progress, _run_args(args, seed, impl))
+    bar.close()
+    if profiler is not None:
+        profiler.stop()
+        trace = Path(args.profile) / "trace.json"
+        profiler.export_chrome_trace(str(trace))
+        print(f"profile: Chrome trace {trace}; TensorBoard logs in {args.profile}")
+    elapsed = time.perf_counter() - started
+    result = {
+        "impl": impl, "device": str(device), "steps": progress["step"], "epochs_done": progress["epoch"],
+        "batch_size": args.batch_size, "train_rows": rows, "val_rows": len(data.val),
+        "samples_per_s": seen / elapsed if elapsed > 0 else float("nan"),
+        "final_loss": loss.item() if seen else None, "validation": history[-1] if history else None,
+        "history": history, "data": data.source,
+    }
+    if args.metrics_out:
+        Path(args.metrics_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.metrics_out).write_text(json.dumps(result, indent=2))
+    return result
+
+
+def _run_args(args, seed, impl) -> dict:
+    return {"seed": seed, "impl": impl, "batch_size": args.batch_size, "optimizer": args.optimizer, "lr": args.lr,
+            "data": None if args.data is None else str(args.data), "sparse": args.sparse}
+
+
+def evaluate_checkpoint(args) -> dict:
+    device = _device(args.device)
+    state = load_checkpoint(args.checkpoint)
+    config = DLRMConfig.from_dict(state["config"])
+    data = load_data(args.data, val_fraction=args.val_fraction, cardinalities=config.cardinalities)
+    if tuple(config.cardinalities) != tuple(data.cardinalities):
+        raise SystemExit(f"the data's table sizes {data.cardinalities} differ from the model's {config.cardinalities}")
+    impl = resolve_impl(args.impl, device)
+    model = DLRM(config, impl="eager" if impl == "compile" else impl).to(device)
+    model.load_state_dict(state["model"])
+    model.eval()
+    forward = torch.compile(model) if impl == "compile" else model
+    split = data.val if args.split == "val" else data.train
+    metrics = evaluate(forward, _tensors(split, device), args.eval_batch_size)
+    return dict(metrics, split=args.split, checkpoint=str(args.checkpoint), step=state["progress"]["step"])
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", default=None,
+                        help="a `fusedmlp dlrm preprocess` folder or a Criteo TSV file (plain or .gz); "
+                             "default: the synthetic sample shipped with fusedmlp")
+    parser.add_argument("--impl", choices=IMPL_CHOICES, default="auto",
+                        help="eager PyTorch, torch.compile of it, or the fused kernels "
+                             "(default auto: fused on a GPU, eager on a CPU)")
+    parser.add_argument("--config", default=None, help="JSON with DLRMConfig fields (embedding_dim, bottom_mlp, "
+                                                       "top_mlp, interaction); table sizes come from the data")
+    parser.add_argument("--batch-size", type=int, default=256,
+                        help="default 256 (the shipped sample has 18000 training rows; use 2048+ on real data)")
+    parser.add_argument("--epochs", type=int, default=1, help="passes over the training rows (default 1)")
+    parser.add_argument("--steps", type=int, default=None, help="total optimizer steps (overrides --epochs)")
+    parser.add_argument("--optimizer", choices=("sgd", "adagrad"), default="adagrad")
+    parser.add_argument("--lr", type=float, default=0.02)
+    parser.add_argument("--sparse", action="store_true", help="sparse gradients for the embedding tables")
+    parser.add_argument("--val-every", type=int, default=0,
+                        help="validate every N steps (default 0: only at the end; the end always validates)")
+    parser.add_argument("--checkpoint", default=None, help="save a checkpoint here at the end (and every --save-every)")
+    parser.add_argument("--save-every", type=int, default=0)
+    parser.add_argument("--resume", default=None, help="continue exactly from this checkpoint")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", default=None, metavar="DIR",
+                        help="PyTorch profiler: Chrome trace (DIR/trace.json) and TensorBoard logs of steps 5-9")
+    parser.add_argument("--device", default="auto", help="cuda, cpu or auto (default)")
+    parser.add_argument("--val-fraction", type=float, default=0.1,
+                        help="share of a TSV's rows (the last ones) used for validation")
+    parser.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS, help="table size cap for a TSV source")
+    parser.add_argument("--eval-batch-size", type=int, default=65536)
+    parser.add_argument("--log-every", type=int, default=10, help="refresh the loss on the progress bar every N steps")
+    parser.add_argument("--metrics-out", default=None, help="write the run's metrics as JSON here")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def check_train_args(args) -> None:
+    for name in ("batch_size", "epochs", "eval_batch_size", "log_every"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} must be at least 1")
+    if args.steps is not None and args.steps < 1:
+        raise SystemExit("--steps must be at least 1")
+    if args.lr <= 0 or not math.isfinite(args.lr):
+        raise SystemExit("--lr must be a positive number")
+    if not 0 <= args.val_fraction < 1:
+        raise SystemExit("--val-fraction must be in [0, 1)")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fusedmlp.dlrm.train", description="Train a DLRM.")
+    add_train_arguments(parser)
+    args = parser.parse_args(argv)
+    check_train_args(args)
+    result = train(args)
+    print(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
