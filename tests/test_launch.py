@@ -3,6 +3,7 @@ give the same results as Triton's own path, for every specialisation they must t
 
 import pytest
 import triton
+import triton.language as tl
 import torch
 
 import fusedmlp
@@ -84,7 +85,7 @@ def test_misaligned_input_after_aligned_one_is_not_served_the_aligned_kernel():
         assert _rel(y, ref) < 2e-2
 
 
-def _toy(x_ptr, y_ptr, n, scale, N_TILE: "tl.constexpr", ACT: "tl.constexpr" = "relu"):  # noqa: F821
+def _toy(x_ptr, y_ptr, n, scale, N_TILE: tl.constexpr, ACT: tl.constexpr = "relu"):
     pass
 
 
@@ -121,8 +122,9 @@ def test_cache_bookkeeping_with_a_recorded_launcher(monkeypatch):
     for n in (32, 48, 33, 1, 35):  # 32 and 48: both divisible by 16; 33 and 35: neither; 1: its own
         fast.call(run, grid, (x, y), dict(n=n, scale=0.5 * n))
     assert len(misses) == 3 and fast.hits == 2
-    (gx, gy, gz, stream, function, packed, meta, enter, exit_, *bound), last = compiled.calls[0], compiled.calls[1]
+    (gx, gy, gz, stream, function, packed, metadata, enter, exit_, *bound), last = compiled.calls[0], compiled.calls[1]
     assert (gx, gy, gz, stream, function, packed) == (2, 1, 1, 1234, "function", "packed")
+    assert metadata is enter is exit_ is None  # no launch hooks installed
     assert bound[:2] == [x, y] and bound[2:] == [48, 24.0, 64, "relu"]
     assert last[9:] == (x, y, 35, 17.5, 64, "relu")
     fast.call(run, grid, (x, y[1:]), dict(n=48, scale=1.0))  # a misaligned y: a new kind

@@ -137,16 +137,11 @@ def cmd_bench_plot(args) -> int:
 
 
 def cmd_dlrm_train(args) -> int:
-    import json
-
     if args.impl in ("auto", "fused"):
         _prepare_backend()
-    from fusedmlp.dlrm.train import check_train_args, train
+    from fusedmlp.dlrm.train import train_and_report
 
-    check_train_args(args)
-    result = train(args)
-    print(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=2))
-    return 0
+    return train_and_report(args)
 
 
 def cmd_dlrm_eval(args) -> int:

@@ -74,7 +74,7 @@ class ParseReport:
         return f"{self.good} lines read, {self.malformed} malformed lines skipped{more}: {shown}"
 
 
-def open_text(path) -> "io.TextIOBase":  # noqa: F821
+def open_text(path):
     """A text stream of a plain or gzip file (told apart by the gzip magic bytes, not the name)."""
     path = Path(path)
     with open(path, "rb") as probe:

@@ -46,6 +46,18 @@ def resolve_impl(impl: str, device: torch.device) -> str:
     return impl
 
 
+def build_model(config: DLRMConfig, impl: str, device, sparse: bool = False):
+    """(model, forward): the DLRM on ``device`` and what to call it through (the model, or the
+    model under torch.compile for ``impl="compile"``)."""
+    model = DLRM(config, impl="eager" if impl == "compile" else impl, sparse=sparse).to(device)
+    return model, (torch.compile(model) if impl == "compile" else model)
+
+
+def _check_tables(data, config: DLRMConfig) -> None:
+    if tuple(config.cardinalities) != tuple(data.cardinalities):
+        raise SystemExit(f"the data's table sizes {data.cardinalities} differ from the model's {config.cardinalities}")
+
+
 def build_optimizer(model: DLRM, name: str, lr: float):
     if name == "sgd":
         return torch.optim.SGD(model.parameters(), lr=lr)
@@ -136,9 +148,8 @@ def train(args) -> dict:
     else:
         overrides = {"cardinalities": data.cardinalities}
         config = DLRMConfig.from_json(args.config, **overrides) if args.config else DLRMConfig(**overrides)
-    if tuple(config.cardinalities) != tuple(data.cardinalities):
-        raise SystemExit(f"the data's table sizes {data.cardinalities} differ from the model's {config.cardinalities}")
-    model = DLRM(config, impl="eager" if impl == "compile" else impl, sparse=args.sparse).to(device)
+    _check_tables(data, config)
+    model, forward = build_model(config, impl, device, args.sparse)
     optimizer = build_optimizer(model, args.optimizer, args.lr)
     progress = {"step": 0, "epoch": 0, "step_in_epoch": 0}
     if resume:
@@ -146,7 +157,6 @@ def train(args) -> dict:
         optimizer.load_state_dict(resume["optimizer"])
         progress = dict(resume["progress"])
         _set_rng_state(resume["rng"])
-    forward = torch.compile(model) if impl == "compile" else model
 
     train_t, val_t = _tensors(data.train, device), _tensors(data.val, device)
     rows = len(data.train)
@@ -225,13 +235,10 @@ def evaluate_checkpoint(args) -> dict:
     state = load_checkpoint(args.checkpoint)
     config = DLRMConfig.from_dict(state["config"])
     data = load_data(args.data, val_fraction=args.val_fraction, cardinalities=config.cardinalities)
-    if tuple(config.cardinalities) != tuple(data.cardinalities):
-        raise SystemExit(f"the data's table sizes {data.cardinalities} differ from the model's {config.cardinalities}")
-    impl = resolve_impl(args.impl, device)
-    model = DLRM(config, impl="eager" if impl == "compile" else impl).to(device)
+    _check_tables(data, config)
+    model, forward = build_model(config, resolve_impl(args.impl, device), device)
     model.load_state_dict(state["model"])
     model.eval()
-    forward = torch.compile(model) if impl == "compile" else model
     split = data.val if args.split == "val" else data.train
     metrics = evaluate(forward, _tensors(split, device), args.eval_batch_size)
     return dict(metrics, split=args.split, checkpoint=str(args.checkpoint), step=state["progress"]["step"])
@@ -283,14 +290,18 @@ def check_train_args(args) -> None:
         raise SystemExit("--val-fraction must be in [0, 1)")
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fusedmlp.dlrm.train", description="Train a DLRM.")
-    add_train_arguments(parser)
-    args = parser.parse_args(argv)
+def train_and_report(args) -> int:
+    """Check the arguments, train, print the run's summary as JSON (the CLI's train command)."""
     check_train_args(args)
     result = train(args)
     print(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=2))
     return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fusedmlp.dlrm.train", description="Train a DLRM.")
+    add_train_arguments(parser)
+    return train_and_report(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -13,9 +13,8 @@ import os
 
 import triton
 
-from .launch import FastLaunch
+from .launch import INTERPRET, FastLaunch
 
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 # FUSEDMLP_AUTOTUNE=0 launches the first config of each table instead of tuning (compiles one
 # config per specialisation: the GPU test suite uses it to stay fast).
 AUTOTUNE = os.environ.get("FUSEDMLP_AUTOTUNE", "1") not in ("", "0")

@@ -38,6 +38,7 @@ try:
 except ImportError:  # pragma: no cover - older Triton
     TensorDescriptor = ()
 
+# The Triton interpreter is on (set before fusedmlp loads); every kernel module reads it from here.
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 _SUPPORTED = triton.__version__.startswith("3.6.")
 FAST_LAUNCH = (_SUPPORTED and not INTERPRET

@@ -42,7 +42,7 @@ def output_width(features: int, dim: int) -> int:
 def _meta(features: int, dim: int, dtype) -> dict:
     meta = dot_meta(dtype)
     v_pad, d_pad = max(16, triton.next_power_of_2(features + 1)), max(16, triton.next_power_of_2(dim))
-    row_bytes = v_pad * max(v_pad, d_pad) * torch.empty((), dtype=dtype).element_size()
+    row_bytes = v_pad * max(v_pad, d_pad) * dtype.itemsize
     block_b = max(1, min(_MAX_BLOCK_B, triton.next_power_of_2(_TILE_BYTES // row_bytes + 1) // 2))
     return dict(F=features, D=dim, V_PAD=v_pad, D_PAD=d_pad, BLOCK_B=block_b,
                 DOT_PRECISION=meta["DOT_PRECISION"], UPCAST=meta["UPCAST"], num_warps=4)
