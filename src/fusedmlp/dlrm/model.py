@@ -9,11 +9,15 @@ interaction, top MLP; logits out (train with BCE-with-logits).
     logit = top(inter)                                        [B, 1] -> [B]
 
 The MLPs are ``FusedMLP`` modules (an nn.Sequential of Linear + ReLU: the same state dict as
-a plain PyTorch DLRM's), the tables ``nn.Embedding`` modules (``embeddings.{f}.weight``), so
-checkpoints move between implementations:
-    eager    nn.Sequential forwards, one embedding lookup per table, bmm interaction
+a plain PyTorch DLRM's); the tables are ``embeddings.{f}.weight`` in the state dict under
+every implementation, so checkpoints move between them:
+    eager    nn.Sequential forwards, an nn.ModuleList of nn.Embedding (one lookup per table),
+             bmm interaction
     fused    the MLPs as single fused kernels (fusedmlp.mlp), the dot interaction as one
-             kernel each way (fusedmlp.dot_interaction); the lookups as eager
+             kernel each way (fusedmlp.dot_interaction), the tables as one
+             TableBatchedEmbedding: one lookup kernel for all tables, whose backward applies
+             the optimizer to the touched rows (set by ``DLRM.set_table_optimizer``; the dense
+             optimizer takes ``dense_parameters()``)
 ``compile`` is the eager model under torch.compile (the trainer applies it).
 """
 
@@ -27,6 +31,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..nn.embedding import TableBatchedEmbedding
 from ..nn.mlp import FusedMLP
 from ..ops.interaction import dot_interaction, dot_interaction_reference
 from .data import KAGGLE_CARDINALITIES, NUM_CATEGORICAL, NUM_DENSE
@@ -89,7 +94,8 @@ class DLRM(nn.Module):
     """DLRM with a selectable implementation (``impl``: eager or fused; see the module docstring).
 
     ``forward(dense [B, 13] float, cats [B, 26] int64) -> logits [B]``.
-    ``sparse=True`` gives the tables sparse gradients (for SGD / Adagrad on touched rows only).
+    ``sparse=True`` gives the eager tables sparse gradients (for SGD / Adagrad on touched rows
+    only); the fused tables never form a gradient (their update is fused into the backward).
     """
 
     def __init__(self, config: DLRMConfig, impl: str = "eager", sparse: bool = False):
@@ -98,8 +104,7 @@ class DLRM(nn.Module):
             raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
         self.config, self.impl, self.sparse = config, impl, sparse
         self.bottom = FusedMLP((config.num_dense,) + config.bottom_mlp, activation="relu", last_activation="relu")
-        self.embeddings = nn.ModuleList(
-            nn.Embedding(n, config.embedding_dim, sparse=sparse) for n in config.cardinalities)
+        self.embeddings = self._tables(impl)
         self.top = FusedMLP((config.interaction_width,) + config.top_mlp, activation="relu", last_activation=None)
         self.reset_parameters()
 
@@ -107,31 +112,64 @@ class DLRM(nn.Module):
     def reset_parameters(self) -> None:
         """The reference DLRM's initialisation: tables uniform in +-1/sqrt(rows); Linear weights
         normal with std sqrt(2 / (in + out)), biases normal with std sqrt(1 / out)."""
-        for table in self.embeddings:
-            bound = table.num_embeddings ** -0.5
-            table.weight.uniform_(-bound, bound)
+        for table in self._table_weights():
+            table.uniform_(-table.shape[0] ** -0.5, table.shape[0] ** -0.5)
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 out_f, in_f = module.weight.shape
                 module.weight.normal_(0.0, (2.0 / (in_f + out_f)) ** 0.5)
                 module.bias.normal_(0.0, (1.0 / out_f) ** 0.5)
 
+    def _tables(self, impl: str) -> nn.Module:
+        config = self.config
+        if impl == "fused":
+            return TableBatchedEmbedding(config.cardinalities, config.embedding_dim, optimizer=None)
+        return nn.ModuleList(nn.Embedding(n, config.embedding_dim, sparse=self.sparse) for n in config.cardinalities)
+
+    def _table_weights(self) -> list[torch.Tensor]:
+        if isinstance(self.embeddings, TableBatchedEmbedding):
+            return [self.embeddings.table(f) for f in range(len(self.config.cardinalities))]
+        return [table.weight for table in self.embeddings]
+
     def set_impl(self, impl: str) -> "DLRM":
+        """Switch implementation, keeping the weights (the tables change storage between eager
+        and fused; the fused tables start frozen: see ``set_table_optimizer``)."""
         if impl not in IMPLS:
             raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+        if (impl == "fused") != isinstance(self.embeddings, TableBatchedEmbedding):
+            old = self.embeddings
+            weight = next(old.parameters())
+            new = self._tables(impl).to(device=weight.device, dtype=weight.dtype)
+            new.load_state_dict(old.state_dict())
+            self.embeddings = new
         self.impl = impl
         return self
+
+    def set_table_optimizer(self, optimizer: str | None, lr: float = 0.01, **options) -> None:
+        """The fused tables' update, applied in the backward ("sgd", "adagrad" or None: frozen)."""
+        if not isinstance(self.embeddings, TableBatchedEmbedding):
+            raise RuntimeError("only the fused implementation's tables carry their optimizer")
+        self.embeddings.set_optimizer(optimizer, lr=lr, **options)
+
+    def dense_parameters(self) -> list[nn.Parameter]:
+        """The parameters a torch optimizer updates: all but the fused tables' (updated in the backward)."""
+        fused_tables = isinstance(self.embeddings, TableBatchedEmbedding)
+        return [p for name, p in self.named_parameters() if not (fused_tables and name.startswith("embeddings."))]
 
     def _mlp(self, mlp: FusedMLP, x: torch.Tensor) -> torch.Tensor:
         return mlp(x) if self.impl == "fused" else nn.Sequential.forward(mlp, x)
 
     def forward(self, dense: torch.Tensor, cats: torch.Tensor) -> torch.Tensor:
+        tables = len(self.config.cardinalities)
         if dense.dim() != 2 or dense.shape[1] != self.config.num_dense:
             raise ValueError(f"dense must be [batch, {self.config.num_dense}], got {tuple(dense.shape)}")
-        if cats.dim() != 2 or cats.shape != (dense.shape[0], len(self.embeddings)):
-            raise ValueError(f"cats must be [batch, {len(self.embeddings)}] like dense's batch, got {tuple(cats.shape)}")
+        if cats.dim() != 2 or cats.shape != (dense.shape[0], tables):
+            raise ValueError(f"cats must be [batch, {tables}] like dense's batch, got {tuple(cats.shape)}")
         z = self._mlp(self.bottom, dense)
-        embedded = torch.stack([table(cats[:, f]) for f, table in enumerate(self.embeddings)], dim=1)
+        if isinstance(self.embeddings, TableBatchedEmbedding):
+            embedded = self.embeddings(cats)
+        else:
+            embedded = torch.stack([table(cats[:, f]) for f, table in enumerate(self.embeddings)], dim=1)
         if self.config.interaction == "dot":
             inter = (dot_interaction if self.impl == "fused" else dot_interaction_reference)(z, embedded)
         else:

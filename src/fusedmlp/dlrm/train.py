@@ -26,7 +26,7 @@ from .metrics import click_metrics
 from .model import DLRM, DLRMConfig
 
 IMPL_CHOICES = ("auto", "eager", "compile", "fused")
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
 
 
 def _device(name: str) -> torch.device:
@@ -58,12 +58,104 @@ def _check_tables(data, config: DLRMConfig) -> None:
         raise SystemExit(f"the data's table sizes {data.cardinalities} differ from the model's {config.cardinalities}")
 
 
-def build_optimizer(model: DLRM, name: str, lr: float):
-    if name == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=lr)
-    if name == "adagrad":
-        return torch.optim.Adagrad(model.parameters(), lr=lr)
-    raise ValueError(f"optimizer must be sgd or adagrad, got {name!r}")
+class DLRMOptimizer:
+    """The model's optimizer: a torch optimizer over ``model.dense_parameters()`` and, for the
+    fused tables, the same update fused into their backward (so ``step`` leaves them alone)."""
+
+    def __init__(self, model: DLRM, name: str, lr: float):
+        if name not in ("sgd", "adagrad"):
+            raise ValueError(f"optimizer must be sgd or adagrad, got {name!r}")
+        self.model, self.name = model, name
+        self.fused_tables = model.impl == "fused"
+        if self.fused_tables:
+            model.set_table_optimizer(name, lr=lr)
+        params = model.dense_parameters()
+        self.dense = torch.optim.SGD(params, lr=lr) if name == "sgd" else torch.optim.Adagrad(params, lr=lr)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.dense.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        self.dense.step()
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        """Every tensor of the optimizer's state (what a captured step changes besides the weights)."""
+        tensors = [v for state in self.dense.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+        if self.fused_tables and self.model.embeddings.optimizer_state is not None:
+            tensors.append(self.model.embeddings.optimizer_state)
+        return tensors
+
+    def count_replayed_step(self) -> None:
+        """A CUDA-graph replay does not run the host side of ``step``: advance Adagrad's step
+        counters (host tensors, unused without lr decay) so that checkpoints match a plain run."""
+        if self.name == "adagrad":
+            for state in self.dense.state.values():
+                state["step"] += 1
+
+    def state_dict(self) -> dict:
+        tables = self.model.embeddings.optimizer_state_dict() if self.fused_tables else None
+        return {"dense": self.dense.state_dict(), "fused_tables": tables}
+
+    def load_state_dict(self, state: dict) -> None:
+        if (state.get("fused_tables") is not None) != self.fused_tables:
+            written = "fused" if state.get("fused_tables") is not None else "eager or compile"
+            raise SystemExit(f"the checkpoint's optimizer state is for --impl {written} (its tables keep their "
+                             f"optimizer state elsewhere); resume with that implementation")
+        self.dense.load_state_dict(state["dense"])
+        if self.fused_tables:
+            self.model.embeddings.load_optimizer_state_dict(state["fused_tables"])
+
+
+def build_optimizer(model: DLRM, name: str, lr: float) -> DLRMOptimizer:
+    return DLRMOptimizer(model, name, lr)
+
+
+class GraphedTrainStep:
+    """One training step (gather of the batch's rows, forward, loss, backward, optimizer step)
+    captured in a CUDA graph and replayed: one launch per step, so that small batches are no
+    longer bound by the host's launch time (``--cuda-graph``).
+
+    Only full batches replay (a short last batch of an epoch takes the plain step). The warm-up
+    steps that precede the capture (they compile kernels and settle allocations) are undone:
+    weights and optimizer state are restored in place, so a run with the graph makes the same
+    updates as one without.
+    """
+
+    def __init__(self, model: DLRM, forward, optimizer: DLRMOptimizer, train_tensors, batch_size: int,
+                 warmup: int = 3):
+        self.model, self.forward, self.optimizer, self.train_tensors = model, forward, optimizer, train_tensors
+        self.index = torch.zeros(batch_size, dtype=torch.int64, device=train_tensors[0].device)
+        live = list(model.parameters()) + list(model.buffers()) + optimizer.state_tensors()
+        saved = [t.detach().clone() for t in live]
+        optimizer.zero_grad(set_to_none=True)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                self._step()
+                optimizer.zero_grad(set_to_none=True)
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.loss = self._step()
+        with torch.no_grad():
+            for t, value in zip(live, saved):
+                t.copy_(value)
+
+    def _step(self) -> torch.Tensor:
+        dense, cats, labels = (t[self.index] for t in self.train_tensors)
+        loss = self.model.loss(self.forward(dense, cats), labels)
+        loss.backward()
+        self.optimizer.step()
+        return loss
+
+    def __call__(self, index: torch.Tensor) -> torch.Tensor:
+        """Train on the rows ``index`` (exactly ``batch_size`` of them); returns the loss (a
+        tensor the next replay overwrites)."""
+        self.index.copy_(index)
+        self.graph.replay()
+        self.optimizer.count_replayed_step()
+        return self.loss
 
 
 def _tensors(split, device):
@@ -165,6 +257,12 @@ def train(args) -> dict:
     steps_per_epoch = math.ceil(rows / args.batch_size)
     total_steps = args.steps if args.steps is not None else args.epochs * steps_per_epoch
     history = []
+    graphed = None
+    if args.cuda_graph:
+        if device.type != "cuda":
+            raise SystemExit("--cuda-graph needs a CUDA device")
+        if rows >= args.batch_size and progress["step"] < total_steps:
+            graphed = GraphedTrainStep(model, forward, optimizer, train_t, args.batch_size)
     profiler = _profiler(args.profile)
     if profiler is not None:
         profiler.start()
@@ -177,12 +275,15 @@ def train(args) -> dict:
             order = epoch_order(rows, seed, progress["epoch"], device)
         start = progress["step_in_epoch"] * args.batch_size
         index = order[start:start + args.batch_size]
-        dense, cats, labels = (t[index] for t in train_t)
-        logits = forward(dense, cats)
-        loss = model.loss(logits, labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        if graphed is not None and len(index) == args.batch_size:
+            loss = graphed(index)
+        else:
+            dense, cats, labels = (t[index] for t in train_t)
+            logits = forward(dense, cats)
+            loss = model.loss(logits, labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
         if profiler is not None:
             profiler.step()
         progress["step"] += 1
@@ -213,7 +314,7 @@ def train(args) -> dict:
         print(f"profile: Chrome trace {trace}; TensorBoard logs in {args.profile}")
     elapsed = time.perf_counter() - started
     result = {
-        "impl": impl, "device": str(device), "steps": progress["step"], "epochs_done": progress["epoch"],
+        "impl": impl, "cuda_graph": graphed is not None, "device": str(device), "steps": progress["step"], "epochs_done": progress["epoch"],
         "batch_size": args.batch_size, "train_rows": rows, "val_rows": len(data.val),
         "samples_per_s": seen / elapsed if elapsed > 0 else float("nan"),
         "final_loss": loss.item() if seen else None, "validation": history[-1] if history else None,
@@ -227,7 +328,8 @@ def train(args) -> dict:
 
 def _run_args(args, seed, impl) -> dict:
     return {"seed": seed, "impl": impl, "batch_size": args.batch_size, "optimizer": args.optimizer, "lr": args.lr,
-            "data": None if args.data is None else str(args.data), "sparse": args.sparse}
+            "data": None if args.data is None else str(args.data), "sparse": args.sparse,
+            "cuda_graph": args.cuda_graph}
 
 
 def evaluate_checkpoint(args) -> dict:
@@ -259,7 +361,12 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=None, help="total optimizer steps (overrides --epochs)")
     parser.add_argument("--optimizer", choices=("sgd", "adagrad"), default="adagrad")
     parser.add_argument("--lr", type=float, default=0.02)
-    parser.add_argument("--sparse", action="store_true", help="sparse gradients for the embedding tables")
+    parser.add_argument("--sparse", action="store_true",
+                        help="sparse gradients for the eager/compile tables (the fused tables never form "
+                             "a gradient: their update is fused into the backward)")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="capture the training step in a CUDA graph and replay it (one launch per step: "
+                             "for small batches, where launches dominate; a GPU only)")
     parser.add_argument("--val-every", type=int, default=0,
                         help="validate every N steps (default 0: only at the end; the end always validates)")
     parser.add_argument("--checkpoint", default=None, help="save a checkpoint here at the end (and every --save-every)")

@@ -1,5 +1,6 @@
 """Drop-in ``nn.Module`` layers built on the fused ops, and ``patch`` for existing models."""
 
+from .embedding import TableBatchedEmbedding
 from .glu import GEGLU
 from .linear_act import FusedLinear
 from .lora import LoRALinear
@@ -7,4 +8,4 @@ from .mlp import FusedMLP
 from .patch import patch, unpatch
 from .swiglu import SwiGLU
 
-__all__ = ["GEGLU", "FusedLinear", "FusedMLP", "LoRALinear", "SwiGLU", "patch", "unpatch"]
+__all__ = ["GEGLU", "FusedLinear", "FusedMLP", "LoRALinear", "SwiGLU", "TableBatchedEmbedding", "patch", "unpatch"]

@@ -13,8 +13,10 @@ Implementations:
                    dense table gradients
     eager_sparse   the same with sparse table gradients (SGD updates the touched rows only)
     compile        eager under torch.compile (dense gradients)
-    fused          fusedmlp's MLP and interaction kernels; dense table gradients
-    fused_sparse   the same with sparse table gradients
+    fused          fusedmlp's kernels: the MLPs, the interaction, one lookup kernel for all
+                   tables whose backward applies SGD to the touched rows (no table gradient)
+    fused_graph    the fused step captured in a CUDA graph and replayed (the trainer's
+                   --cuda-graph; the step also gathers the batch's rows, as the trainer's does)
 The table is in samples/s (batch / median step time); ratios are fused over each peer's time.
 """
 
@@ -31,7 +33,7 @@ SHAPE_PRESETS = {
     "full": [(2048,), (4096,), (8192,), (16384,), (32768,), (65536,)],
 }
 DEFAULT_SHAPES = SHAPE_PRESETS["default"]
-IMPLS = ("fused", "fused_sparse", "eager", "eager_sparse", "compile")
+IMPLS = ("fused", "fused_graph", "eager", "eager_sparse", "compile")
 PEERS = ("eager", "eager_sparse", "compile")
 MODES = ("train", "infer")
 LR = 0.01
@@ -51,7 +53,7 @@ def _model(impl: str, dtype, device="cuda", config=None):
     from ...dlrm.model import DLRM, DLRMConfig
 
     config = config or DLRMConfig()
-    model = DLRM(config, impl="fused" if impl.startswith("fused") else "eager", sparse=impl.endswith("_sparse"))
+    model = DLRM(config, impl="fused" if impl.startswith("fused") else "eager", sparse=impl == "eager_sparse")
     return model.to(device=device, dtype=dtype)
 
 
@@ -65,9 +67,11 @@ def _inputs(batch: int, config, dtype, device="cuda", seed=0):
 
 
 def _steps(impl: str, dtype, batch: int):
+    from ...dlrm.train import DLRMOptimizer, GraphedTrainStep
+
     model = _model(impl, dtype)
     forward = torch.compile(model) if impl == "compile" else model
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    optimizer = DLRMOptimizer(model, "sgd", LR)  # the fused tables take SGD in their backward
     dense, cats, labels = _inputs(batch, model.config, dtype)
 
     def train():
@@ -80,7 +84,24 @@ def _steps(impl: str, dtype, batch: int):
         with torch.no_grad():
             return forward(dense, cats)
 
+    if impl == "fused_graph":
+        graphed = GraphedTrainStep(model, forward, optimizer, (dense, cats, labels), batch)
+        rows = torch.arange(batch, device=dense.device)
+        return {"train": lambda: graphed(rows), "infer": _graphed_inference(infer)}, model
     return {"train": train, "infer": infer}, model
+
+
+def _graphed_inference(infer):
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            infer()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        infer()
+    return graph.replay
 
 
 def run_gpu(shapes, dtype, impls, modes, on_shape_done=None) -> list[Measurement]:
@@ -136,7 +157,9 @@ def summary_table(rows: list[Measurement]):
 
 
 def run_cpu_check(dtype):
-    """No GPU: the fused model (interpreter) against the float64 eager model on a small DLRM."""
+    """No GPU: the fused model (interpreter) against the float64 eager model on a small DLRM:
+    logits, the dense parameters' gradients, and the tables' in-backward SGD step (lr 1: the
+    change of each table is minus its gradient)."""
     from ...dlrm.model import DLRMConfig
 
     config = DLRMConfig(cardinalities=tuple(range(5, 31)), embedding_dim=16, bottom_mlp=(32, 16), top_mlp=(32, 1))
@@ -144,16 +167,20 @@ def run_cpu_check(dtype):
     reference = _model("eager", torch.float64, "cpu", config)
     fused = _model("fused", dtype, "cpu", config)
     fused.load_state_dict(reference.state_dict())
+    fused.set_table_optimizer("sgd", lr=1.0)
+    tables_before = {k: v.clone() for k, v in fused.state_dict().items() if k.startswith("embeddings.")}
     dense, cats, labels = _inputs(48, config, torch.float64, "cpu")
     err = lambda a, r: ((a.double() - r).norm() / r.norm()).item()  # noqa: E731
     ref_loss = reference.loss(reference(dense, cats), labels)
     ref_loss.backward()
     logits = fused(dense.to(dtype), cats)
     fused.loss(logits, labels.to(dtype)).backward()
-    grads = {n: err(p.grad, q.grad) for (n, p), (_, q) in zip(fused.named_parameters(), reference.named_parameters())}
+    ref_params = dict(reference.named_parameters())
+    grads = {n: err(p.grad, ref_params[n].grad) for n, p in fused.named_parameters() if p.grad is not None}
+    after = fused.state_dict()
+    grads.update({k: err(v - after[k], ref_params[k].grad) for k, v in tables_before.items()})
     headers = ["dtype", "model", "err logits", "worst err grad (parameter)"]
     worst = max(grads, key=grads.get)
     table = [[str(dtype).replace("torch.", ""), "DLRM 13-32-16 / dot / 367-32-1",
               err(logits, reference(dense, cats).detach()), f"{grads[worst]:.2e} ({worst})"]]
     return headers, table
-

@@ -1,0 +1,156 @@
+"""Table-batched embedding: all tables of a model in one weight buffer, one gather kernel
+forward, and a backward that applies the optimizer to the touched rows only (SGD or Adagrad),
+so no gradient of the tables is ever formed.
+
+    weight   [R, D]   the tables stacked: table t owns rows table_offsets[t] .. table_offsets[t + 1] - 1
+    forward  out[b, t] = weight[table_offsets[t] + indices[b, t]]              [B, T, D]
+             keys[b T + t] = table_offsets[t] + indices[b, t], or R (a sentinel) for an index
+             outside its table, whose lookup reads zeros and whose gradient is dropped
+    backward for every touched row r:  g_r = sum of d_out[b, t] over the lookups with key r
+             SGD      w_r -= lr g_r
+             Adagrad  s_r += g_r * g_r;  w_r -= lr g_r / (sqrt(s_r) + eps)   (elementwise, like
+                      torch.optim.Adagrad; s is rounded to its dtype before the square root, as there)
+
+The backward takes three launches and is deterministic:
+ 1. torch.sort (stable) of the keys, so that the lookups of one row form one run;
+ 2. ``embedding_segment_update_kernel``: each program takes BLOCK_P consecutive sorted lookups,
+    gathers their gradient rows and runs a segmented prefix sum over them (tl.associative_scan,
+    restarting at each new row and at the block's first lookup). A run that starts and ends
+    inside the block is complete and its row is updated right there. The block also files the
+    partial sum of its last run (tail), that run's key, and the partial sum of its first run when
+    that run came in from the previous block (head);
+ 3. ``embedding_carried_update_kernel``: a run that crosses blocks is finished by the block where
+    it ends: its head plus the tails of the earlier blocks whose last key is the same row. The
+    keys are sorted, so those blocks are the ones just before; they are read W_BLOCKS at a time,
+    so a hot row (Criteo's most frequent values fill a large share of a batch) costs a few wide
+    reads, not a walk of one block at a time.
+Each row is updated by exactly one program with a fixed order of additions: results do not
+depend on scheduling. The sums are in fp32 (fp64 for fp64 tables).
+"""
+
+import triton
+import triton.language as tl
+
+OPTIMIZER_NONE: tl.constexpr = 0
+OPTIMIZER_SGD: tl.constexpr = 1
+OPTIMIZER_ADAGRAD: tl.constexpr = 2
+
+
+@triton.jit
+def embedding_gather_kernel(
+    weight_ptr, table_offsets_ptr, indices_ptr, out_ptr, keys_ptr,
+    N, T, R, stride_idx_b, stride_idx_t, stride_w,
+    D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr, WRITE_KEYS: tl.constexpr,
+):
+    """out [N, D] (N = B T lookups, row-major over (b, t)) and, for the backward, keys [N]."""
+    lookup = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    valid = lookup < N
+    b = lookup // T
+    t = lookup - b * T
+    index = tl.load(indices_ptr + b * stride_idx_b + t * stride_idx_t, mask=valid, other=0).to(tl.int64)
+    table_start = tl.load(table_offsets_ptr + t, mask=valid, other=0)
+    table_end = tl.load(table_offsets_ptr + t + 1, mask=valid, other=0)
+    key = table_start + index
+    in_table = valid & (index >= 0) & (key < table_end)
+    key = tl.where(in_table, key, R)
+    col = tl.arange(0, D_PAD)[None, :]
+    rows = tl.load(weight_ptr + key[:, None] * stride_w + col, mask=in_table[:, None] & (col < D), other=0.0)
+    tl.store(out_ptr + lookup[:, None] * D + col, rows, mask=valid[:, None] & (col < D))
+    if WRITE_KEYS:
+        tl.store(keys_ptr + lookup, key.to(keys_ptr.dtype.element_ty), mask=valid)
+
+
+@triton.jit
+def _segmented_add(start_a, sum_a, start_b, sum_b):
+    """Combine of a segmented prefix sum: a segment start in b discards what came before it."""
+    return start_a | start_b, tl.where(start_b != 0, sum_b, sum_a + sum_b)
+
+
+@triton.jit
+def _update_rows(weight_ptr, state_ptr, rows, grad, mask, lr, eps, stride_w, stride_s,
+                 D: tl.constexpr, D_PAD: tl.constexpr, OPTIMIZER: tl.constexpr):
+    """Apply the optimizer to weight[rows] (rows [X] int64, grad [X, D_PAD] summed gradients)."""
+    col = tl.arange(0, D_PAD)[None, :]
+    m = mask[:, None] & (col < D)
+    w_ptrs = weight_ptr + rows[:, None] * stride_w + col
+    w = tl.load(w_ptrs, mask=m, other=0.0)
+    if OPTIMIZER == OPTIMIZER_ADAGRAD:
+        s_ptrs = state_ptr + rows[:, None] * stride_s + col
+        s = tl.load(s_ptrs, mask=m, other=0.0).to(grad.dtype) + grad * grad
+        s = s.to(state_ptr.dtype.element_ty)
+        tl.store(s_ptrs, s, mask=m)
+        step = lr * grad / (tl.sqrt(s.to(grad.dtype)) + eps)
+    else:
+        step = lr * grad
+    tl.store(w_ptrs, (w.to(grad.dtype) - step).to(weight_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def embedding_segment_update_kernel(
+    sorted_keys_ptr, order_ptr, grad_ptr, weight_ptr, state_ptr, tail_ptr, head_ptr, last_key_ptr,
+    N, R, lr, eps, stride_w, stride_s,
+    D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_P: tl.constexpr, OPTIMIZER: tl.constexpr,
+    ACC_DTYPE: tl.constexpr,
+):
+    """Step 2 of the backward (module docstring); grad is d_out as [N, D], order the sort's permutation."""
+    block = tl.program_id(0)
+    slot = tl.arange(0, BLOCK_P)
+    pos = block.to(tl.int64) * BLOCK_P + slot
+    in_range = pos < N
+    key = tl.load(sorted_keys_ptr + pos, mask=in_range, other=R).to(tl.int64)
+    prev_key = tl.load(sorted_keys_ptr + pos - 1, mask=in_range & (pos > 0), other=-1).to(tl.int64)
+    next_key = tl.load(sorted_keys_ptr + pos + 1, mask=pos + 1 < N, other=-1).to(tl.int64)
+    run_start = key != prev_key
+    run_end = key != next_key
+    first = slot == 0
+
+    lookup = tl.load(order_ptr + pos, mask=in_range, other=0).to(tl.int64)
+    col = tl.arange(0, D_PAD)[None, :]
+    grad = tl.load(grad_ptr + lookup[:, None] * D + col, mask=in_range[:, None] & (col < D), other=0.0)
+    restart = tl.broadcast_to((run_start | first).to(tl.int32)[:, None], (BLOCK_P, D_PAD))
+    _, partial = tl.associative_scan((restart, grad.to(ACC_DTYPE)), 0, _segmented_add)
+
+    # the block's first run came in from the previous block unless it starts at the first slot
+    in_first_run = tl.cumsum((run_start & (slot > 0)).to(tl.int32), 0) == 0
+    carried_in = in_first_run & (tl.sum((first & run_start).to(tl.int32), 0) == 0)
+    complete = run_end & in_range & (key < R) & (carried_in == 0)
+    _update_rows(weight_ptr, state_ptr, key, partial, complete, lr, eps, stride_w, stride_s, D, D_PAD, OPTIMIZER)
+
+    last_slot = tl.minimum(N - block.to(tl.int64) * BLOCK_P, BLOCK_P) - 1
+    at_last = slot == last_slot
+    col1 = tl.arange(0, D_PAD)
+    tl.store(tail_ptr + block * D_PAD + col1, tl.sum(tl.where(at_last[:, None], partial, 0.0), 0))
+    tl.store(last_key_ptr + block, tl.sum(tl.where(at_last, key, 0), 0))
+    at_head = carried_in & run_end & in_range
+    tl.store(head_ptr + block * D_PAD + col1, tl.sum(tl.where(at_head[:, None], partial, 0.0), 0))
+
+
+@triton.jit
+def embedding_carried_update_kernel(
+    sorted_keys_ptr, tail_ptr, head_ptr, last_key_ptr, weight_ptr, state_ptr,
+    N, R, lr, eps, stride_w, stride_s,
+    D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_P: tl.constexpr, W_BLOCKS: tl.constexpr,
+    OPTIMIZER: tl.constexpr, ACC_DTYPE: tl.constexpr,
+):
+    """Step 3 of the backward: program ``block`` finishes the run that came into it, if it ends there."""
+    block = tl.program_id(0)
+    first_pos = block.to(tl.int64) * BLOCK_P
+    key = tl.load(sorted_keys_ptr + first_pos).to(tl.int64)
+    prev_key = tl.load(sorted_keys_ptr + first_pos - 1, mask=block > 0, other=-1).to(tl.int64)
+    next_block_key = tl.load(sorted_keys_ptr + first_pos + BLOCK_P, mask=first_pos + BLOCK_P < N,
+                             other=-1).to(tl.int64)
+    if (key == prev_key) & (key < R) & (next_block_key != key):
+        col = tl.arange(0, D_PAD)
+        total = tl.load(head_ptr + block * D_PAD + col)
+        window_end = block  # blocks [window_end - W_BLOCKS, window_end) are read next
+        more = window_end > 0
+        while more:
+            earlier = window_end - W_BLOCKS + tl.arange(0, W_BLOCKS)
+            same_row = tl.load(last_key_ptr + earlier, mask=earlier >= 0, other=-1) == key
+            tails = tl.load(tail_ptr + earlier[:, None] * D_PAD + col[None, :], mask=same_row[:, None], other=0.0)
+            total += tl.sum(tails, 0)
+            window_end -= W_BLOCKS
+            more = (window_end > 0) & (tl.load(last_key_ptr + window_end - 1, mask=window_end > 0, other=-1) == key)
+        rows = tl.zeros([1], tl.int64) + key
+        _update_rows(weight_ptr, state_ptr, rows, total[None, :].to(ACC_DTYPE), rows >= 0, lr, eps, stride_w, stride_s,
+                     D, D_PAD, OPTIMIZER)

@@ -1,0 +1,232 @@
+"""Table-batched embedding lookup with the optimizer fused into the backward (kernels/embedding.py).
+
+    fusedmlp.embedding_lookup(weight, table_offsets, indices, optimizer=None) -> [B, T, D]
+        weight [R, D] (every table stacked), table_offsets [T + 1] int64 (table t owns rows
+        table_offsets[t] .. table_offsets[t + 1] - 1), indices [B, T] integer (row within its table).
+
+With a ``SparseOptimizer`` (SGD or Adagrad) and autograd recording, the backward applies the
+update to the rows the batch touched, in place, and gives ``weight`` no gradient: the dense
+gradient of the tables (R x D, mostly zeros) is never formed. This is how FBGEMM's
+table-batched embeddings train recommendation models. Without an optimizer the lookup is a
+plain gather (no gradient for the tables).
+
+Under torch.compile the lookup runs outside the graph (a graph break): its backward updates
+parameters in place, which compiled graphs do not express.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+import triton
+
+from ..kernels.embedding import (OPTIMIZER_ADAGRAD, OPTIMIZER_SGD, embedding_carried_update_kernel,
+                                 embedding_gather_kernel, embedding_segment_update_kernel)
+from ..kernels.launch import launch
+from ._common import acc_dtypes, check_tensor, use_triton
+
+__all__ = ["SparseOptimizer", "embedding_lookup", "embedding_lookup_reference", "sparse_update_reference"]
+
+_KINDS = {"sgd": OPTIMIZER_SGD, "adagrad": OPTIMIZER_ADAGRAD}
+_GATHER_ELEMENTS = 4096  # elements of the [lookups, D_PAD] tile of a gather program
+_BLOCK_P = 128           # sorted lookups per program of the update
+_W_BLOCKS = 64           # earlier blocks read at once when finishing a run that crosses blocks
+
+
+@dataclass
+class SparseOptimizer:
+    """The update applied to the touched rows in the backward.
+
+    kind: "sgd" (w -= lr g) or "adagrad" (s += g * g; w -= lr g / (sqrt(s) + eps), elementwise
+        like torch.optim.Adagrad without lr decay or weight decay).
+    state: Adagrad's sum of squares, a tensor shaped like the weight (updated in place).
+    """
+
+    kind: str
+    lr: float
+    eps: float = 1e-10
+    state: torch.Tensor | None = None
+
+    def check(self, weight: torch.Tensor) -> None:
+        if self.kind not in _KINDS:
+            raise ValueError(f"optimizer kind must be one of {sorted(_KINDS)}, got {self.kind!r}")
+        for name in ("lr", "eps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"optimizer {name} must be a finite number >= 0, got {value!r}")
+        if self.kind == "adagrad":
+            if not isinstance(self.state, torch.Tensor) or self.state.shape != weight.shape:
+                raise ValueError(f"adagrad needs a state tensor shaped like the weight {tuple(weight.shape)}")
+            if self.state.device != weight.device or not self.state.is_floating_point():
+                raise ValueError("the adagrad state must be a floating tensor on the weight's device")
+            if not self.state.is_contiguous():
+                raise ValueError("the adagrad state must be contiguous")
+
+
+def embedding_lookup_reference(weight: torch.Tensor, table_offsets: torch.Tensor, indices: torch.Tensor):
+    """Plain PyTorch: one gather with the table offsets added (weight gets a dense gradient)."""
+    return F.embedding(indices.long() + table_offsets[:-1].to(indices.device), weight)
+
+
+def _apply_rows(weight, rows, grad, optimizer: SparseOptimizer) -> None:
+    """The optimizer on weight[rows] (distinct rows) with their summed gradients ``grad``."""
+    grad = grad.to(torch.promote_types(grad.dtype, torch.float32))
+    if optimizer.kind == "adagrad":
+        state = optimizer.state[rows].to(grad.dtype) + grad * grad
+        optimizer.state[rows] = state.to(optimizer.state.dtype)
+        step = grad / (optimizer.state[rows].to(grad.dtype).sqrt() + optimizer.eps)
+    else:
+        step = grad
+    weight[rows] = (weight[rows].to(grad.dtype) - optimizer.lr * step).to(weight.dtype)
+
+
+@torch.no_grad()
+def sparse_update_reference(weight, grad_weight, optimizer: SparseOptimizer) -> None:
+    """The kernels' update from a dense gradient of the tables (rows with a zero gradient left alone)."""
+    rows = grad_weight.ne(0).any(dim=1).nonzero().squeeze(1)
+    _apply_rows(weight, rows, grad_weight[rows], optimizer)
+
+
+def _pad(dim: int) -> int:
+    return triton.next_power_of_2(dim)
+
+
+def _gather(weight, table_offsets, indices, want_keys: bool):
+    batch, tables = indices.shape
+    rows, dim = weight.shape
+    lookups = batch * tables
+    out = weight.new_empty((batch, tables, dim))
+    key_dtype = torch.int32 if rows < 2**31 - 1 else torch.int64
+    keys = torch.empty(lookups if want_keys else 0, dtype=key_dtype, device=weight.device)
+    if lookups == 0:
+        return out, keys
+    if not use_triton(weight):  # CPU without the interpreter: the same in PyTorch
+        outside = _out_of_table(table_offsets, indices)
+        flat = torch.where(outside, rows, indices.long() + table_offsets[:-1].long())
+        out.copy_(weight[flat.clamp(max=rows - 1)].masked_fill(outside.unsqueeze(-1), 0))
+        keys.copy_(flat.flatten()[:keys.numel()])
+        return out, keys
+    d_pad = _pad(dim)
+    block_n = max(1, min(256, _GATHER_ELEMENTS // d_pad))
+    launch(embedding_gather_kernel, (triton.cdiv(lookups, block_n),), weight, table_offsets, indices, out,
+           keys if want_keys else out, lookups, tables, rows, indices.stride(0), indices.stride(1), weight.stride(0),
+           D=dim, D_PAD=d_pad, BLOCK_N=block_n, WRITE_KEYS=want_keys, num_warps=4)
+    return out, keys
+
+
+def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer) -> None:
+    lookups = keys.numel()
+    if lookups == 0:
+        return
+    rows, dim = weight.shape
+    grad = grad_out.reshape(lookups, dim)
+    if grad.dtype != weight.dtype:
+        grad = grad.to(weight.dtype)
+    grad = grad.contiguous()
+    if not use_triton(weight):
+        touched = keys < rows
+        rows_hit, inverse = torch.unique(keys[touched].long(), return_inverse=True)
+        summed = grad.new_zeros((len(rows_hit), dim), dtype=acc_dtypes(weight.dtype)[1])
+        _apply_rows(weight, rows_hit, summed.index_add_(0, inverse, grad[touched].to(summed.dtype)), optimizer)
+        return
+    sorted_keys, order = torch.sort(keys, stable=True)  # stable: a fixed order of additions
+    d_pad = _pad(dim)
+    blocks = triton.cdiv(lookups, _BLOCK_P)
+    acc_tl, acc_torch = acc_dtypes(weight.dtype)
+    tail = torch.empty((blocks, d_pad), dtype=acc_torch, device=weight.device)
+    head = torch.empty_like(tail)
+    last_key = torch.empty(blocks, dtype=torch.int64, device=weight.device)
+    state = optimizer.state if optimizer.kind == "adagrad" else weight
+    common = (rows, float(optimizer.lr), float(optimizer.eps), weight.stride(0), state.stride(0))
+    meta = dict(D=dim, D_PAD=d_pad, BLOCK_P=_BLOCK_P, OPTIMIZER=_KINDS[optimizer.kind], ACC_DTYPE=acc_tl, num_warps=4)
+    launch(embedding_segment_update_kernel, (blocks,), sorted_keys, order, grad, weight, state, tail, head, last_key,
+           lookups, *common, **meta)
+    launch(embedding_carried_update_kernel, (blocks,), sorted_keys, tail, head, last_key, weight, state,
+           lookups, *common, W_BLOCKS=_W_BLOCKS, **meta)
+
+
+class _LookupFunction(torch.autograd.Function):
+    """Forward: the gather (and the keys). Backward: the fused update; no gradient flows back."""
+
+    @staticmethod
+    def forward(ctx, weight, table_offsets, indices, optimizer):
+        out, keys = _gather(weight, table_offsets, indices, want_keys=True)
+        ctx.save_for_backward(keys)
+        # the weight is updated in place by the backward, so it is held, not saved (no version check)
+        ctx.weight, ctx.optimizer = weight, optimizer
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        (keys,) = ctx.saved_tensors
+        _sparse_update(grad_out, keys, ctx.weight, ctx.optimizer)
+        return None, None, None, None
+
+
+def _check(weight, table_offsets, indices, optimizer, check_bounds: bool):
+    check_tensor(weight, "weight", ndim=2)
+    if not weight.is_contiguous():
+        raise ValueError("weight must be contiguous (the tables stacked row after row)")
+    for name, t in (("table_offsets", table_offsets), ("indices", indices)):
+        if not isinstance(t, torch.Tensor) or t.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"{name} must be an int32 or int64 tensor, got "
+                            f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
+        if t.device != weight.device:
+            raise ValueError(f"{name} is on {t.device} but weight is on {weight.device}")
+    if indices.dim() != 2:
+        raise ValueError(f"indices must be [batch, tables], got shape {tuple(indices.shape)}")
+    if table_offsets.dim() != 1 or table_offsets.numel() != indices.shape[1] + 1:
+        raise ValueError(f"table_offsets must hold tables + 1 = {indices.shape[1] + 1} offsets, "
+                         f"got shape {tuple(table_offsets.shape)}")
+    if optimizer is not None:
+        if not isinstance(optimizer, SparseOptimizer):
+            raise TypeError(f"optimizer must be a SparseOptimizer or None, got {type(optimizer).__name__}")
+        optimizer.check(weight)
+    if check_bounds and indices.numel():  # (one host sync)
+        sizes = (table_offsets[1:] - table_offsets[:-1]).to(indices.dtype)
+        bad = (indices < 0) | (indices >= sizes)
+        if bool(bad.any()):
+            row, table = (int(v) for v in bad.nonzero()[0])
+            raise IndexError(f"indices[{row}, {table}] = {int(indices[row, table])} is outside table {table} "
+                             f"({int(sizes[table])} rows)")
+
+
+def embedding_lookup(weight: torch.Tensor, table_offsets: torch.Tensor, indices: torch.Tensor, *,
+                     optimizer: SparseOptimizer | None = None, check_bounds: bool = True) -> torch.Tensor:
+    """One lookup per (row, table) from stacked tables, in one kernel.
+
+    Args:
+        weight: ``[R, D]`` contiguous, every table's rows stacked; fp16, bf16, fp32 or fp64.
+        table_offsets: ``[T + 1]`` int64 (or int32), the first row of each table, then R.
+        indices: ``[B, T]`` int32/int64, the row of each lookup within its table.
+        optimizer: a ``SparseOptimizer``: when autograd records (grad mode on and
+            ``weight.requires_grad``), the backward updates the touched rows of ``weight`` in
+            place with it and ``weight`` gets no ``.grad``. None: a gather without a gradient
+            for the tables.
+        check_bounds: raise IndexError for an index outside its table (costs one host sync).
+            Off, such a lookup reads zeros and its gradient is dropped; memory outside the
+            table is never touched.
+
+    Returns:
+        ``[B, T, D]``: ``out[b, t] = weight[table_offsets[t] + indices[b, t]]``.
+    """
+    _check(weight, table_offsets, indices, optimizer, check_bounds)
+    trains = optimizer is not None and weight.requires_grad and torch.is_grad_enabled()
+    if trains:
+        return _lookup_function(weight, table_offsets, indices, optimizer)
+    with torch.no_grad():
+        return _gather(weight, table_offsets, indices, want_keys=False)[0]
+
+
+@torch.compiler.disable
+def _lookup_function(weight, table_offsets, indices, optimizer):
+    return _LookupFunction.apply(weight, table_offsets, indices, optimizer)
+
+
+def _out_of_table(table_offsets, indices):
+    sizes = (table_offsets[1:] - table_offsets[:-1]).to(indices.dtype)
+    return (indices < 0) | (indices >= sizes)

@@ -1,0 +1,189 @@
+"""fusedmlp.embedding_lookup and TableBatchedEmbedding: the gather and the update fused into the
+backward (SGD, Adagrad) against float64 references; long runs of one row across blocks; indices
+outside their table; bad inputs; state dicts shared with nn.ModuleList of nn.Embedding."""
+
+import pytest
+import torch
+import torch.nn as nn
+
+import fusedmlp.ops.embedding as embedding_ops
+from conftest import DEVICE
+from fusedmlp.nn.embedding import TableBatchedEmbedding
+from fusedmlp.ops.embedding import (SparseOptimizer, embedding_lookup, embedding_lookup_reference,
+                                    sparse_update_reference)
+from helpers import assert_close
+
+
+def _offsets(sizes):
+    return torch.tensor([0] + list(sizes), device=DEVICE).cumsum(0)
+
+
+def _indices(batch, sizes, hot=False):
+    """Uniform per table; ``hot``: every other table draws from its first 2 rows (long runs)."""
+    cols = [torch.randint(0, min(n, 2) if hot and t % 2 else n, (batch,), device=DEVICE) for t, n in enumerate(sizes)]
+    return torch.stack(cols, 1)
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adagrad"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("batch,sizes,dim,hot", [(5, (7, 1, 30), 16, False), (150, (9, 200, 3, 40), 12, True)])
+def test_lookup_and_update_match_float64(kind, dtype, batch, sizes, dim, hot, monkeypatch):
+    # small blocks, so the hot rows' runs cross many blocks and several windows of blocks
+    monkeypatch.setattr(embedding_ops, "_BLOCK_P", 16)
+    monkeypatch.setattr(embedding_ops, "_W_BLOCKS", 4)
+    offsets, indices = _offsets(sizes), _indices(batch, sizes, hot)
+    weight64 = torch.randn(int(offsets[-1]), dim, dtype=torch.float64, device=DEVICE)
+    state64 = torch.rand_like(weight64) if kind == "adagrad" else None
+    lr = 0.4
+
+    reference = weight64.clone().requires_grad_()
+    out_ref = embedding_lookup_reference(reference, offsets, indices)
+    grad_out = torch.randn_like(out_ref)
+    (out_ref * grad_out).sum().backward()
+    expected = weight64.clone()
+    ref_optimizer = SparseOptimizer(kind, lr, state=None if state64 is None else state64.clone())
+    sparse_update_reference(expected, reference.grad, ref_optimizer)
+
+    weight = weight64.to(dtype).requires_grad_()
+    start = weight.detach().double().clone()
+    optimizer = SparseOptimizer(kind, lr, state=None if state64 is None else state64.to(dtype))
+    out = embedding_lookup(weight, offsets, indices, optimizer=optimizer)
+    assert out.shape == (batch, len(sizes), dim) and out.dtype == dtype
+    assert torch.equal(out.detach(), out_ref.detach().to(dtype))  # a gather: exact
+    out.backward(grad_out.to(dtype))
+    assert weight.grad is None
+    touched = reference.grad.ne(0).any(1)
+    assert torch.equal(weight.detach()[~touched].double(), start[~touched])  # untouched rows unchanged
+    assert_close(weight.detach().double() - start, expected - start, dtype, f"{kind} update")
+    if kind == "adagrad":
+        assert_close(optimizer.state, ref_optimizer.state, dtype, "adagrad state")
+
+
+def test_one_hot_row_filling_the_batch():
+    """Every lookup of a table on one row: one run over all blocks (the carried path alone)."""
+    sizes = (3, 5)
+    offsets = _offsets(sizes)
+    indices = torch.stack([torch.full((700,), 2, device=DEVICE), torch.randint(0, 5, (700,), device=DEVICE)], 1)
+    weight = torch.randn(8, 16, dtype=torch.float64, device=DEVICE, requires_grad=True)
+    start = weight.detach().clone()
+    grad_out = torch.randn(700, 2, 16, dtype=torch.float64, device=DEVICE)
+    embedding_lookup(weight, offsets, indices, optimizer=SparseOptimizer("sgd", 1.0)).backward(grad_out)
+    assert_close(start[2] - weight.detach()[2], grad_out[:, 0].sum(0), torch.float64, "row 2")
+
+
+def test_indices_outside_their_table():
+    sizes = (4, 6)
+    offsets = _offsets(sizes)
+    indices = torch.tensor([[1, 5], [4, 0], [-1, 2]], device=DEVICE)
+    weight = torch.randn(10, 8, device=DEVICE, requires_grad=True)
+    with pytest.raises(IndexError, match=r"indices\[1, 0\] = 4 is outside table 0 \(4 rows\)"):
+        embedding_lookup(weight, offsets, indices)
+    start = weight.detach().clone()
+    out = embedding_lookup(weight, offsets, indices, optimizer=SparseOptimizer("sgd", 1.0), check_bounds=False)
+    assert torch.equal(out[1, 0], torch.zeros(8, device=DEVICE)) and torch.equal(out[2, 0], out[1, 0])
+    assert torch.equal(out[0, 1], start[4 + 5]) and torch.equal(out[1, 1], start[4])
+    out.backward(torch.ones_like(out))
+    changed = (weight.detach() != start).any(1).nonzero().flatten().tolist()
+    assert changed == [1, 4, 6, 9]  # the valid lookups' rows only
+
+
+def test_frozen_and_no_grad_lookups_are_plain_gathers():
+    offsets, indices = _offsets((5, 7)), _indices(9, (5, 7))
+    weight = torch.randn(12, 4, device=DEVICE, requires_grad=True)
+    out = embedding_lookup(weight, offsets, indices)  # no optimizer: no gradient for the tables
+    assert not out.requires_grad
+    with torch.no_grad():
+        inference = embedding_lookup(weight, offsets, indices, optimizer=SparseOptimizer("sgd", 0.1))
+    assert torch.equal(out, inference) and torch.equal(out, embedding_lookup_reference(weight, offsets, indices))
+
+
+def test_bad_inputs_are_named():
+    offsets, indices = _offsets((5, 7)), _indices(3, (5, 7))
+    weight = torch.randn(12, 4, device=DEVICE)
+    with pytest.raises(TypeError, match="weight"):
+        embedding_lookup(weight.long(), offsets, indices)
+    with pytest.raises(ValueError, match="contiguous"):
+        embedding_lookup(torch.randn(4, 12, device=DEVICE).t(), offsets, indices)
+    with pytest.raises(TypeError, match="indices"):
+        embedding_lookup(weight, offsets, indices.float())
+    with pytest.raises(ValueError, match="tables \\+ 1 = 3"):
+        embedding_lookup(weight, offsets[:2], indices)
+    with pytest.raises(ValueError, match="indices must be"):
+        embedding_lookup(weight, offsets, indices[:, 0])
+    with pytest.raises(ValueError, match="kind"):
+        embedding_lookup(weight, offsets, indices, optimizer=SparseOptimizer("adam", 0.1))
+    with pytest.raises(ValueError, match="state"):
+        embedding_lookup(weight, offsets, indices, optimizer=SparseOptimizer("adagrad", 0.1))
+    with pytest.raises(ValueError, match="lr"):
+        embedding_lookup(weight, offsets, indices, optimizer=SparseOptimizer("sgd", float("nan")))
+
+
+def test_module_state_dict_is_a_modulelist_of_embeddings():
+    sizes = (3, 8, 5)
+    tables = nn.ModuleList(nn.Embedding(n, 6) for n in sizes).to(DEVICE)
+    batched = TableBatchedEmbedding(sizes, 6, optimizer="adagrad", lr=0.1, device=DEVICE)
+    assert batched.state_dict().keys() == tables.state_dict().keys()
+    batched.load_state_dict(tables.state_dict())
+    indices = _indices(11, sizes)
+    expected = torch.stack([table(indices[:, t]) for t, table in enumerate(tables)], 1)
+    assert torch.equal(batched(indices).detach(), expected.detach())
+    for t in range(3):
+        assert torch.equal(batched.table(t), tables[t].weight.detach())
+
+    batched(indices).square().sum().backward()  # an Adagrad step on the touched rows
+    tables.load_state_dict(batched.state_dict())
+    assert torch.equal(tables[1].weight, batched.table(1))
+    saved = batched.optimizer_state_dict()
+    assert saved["kind"] == "adagrad" and saved["state"].abs().sum() > 0
+    other = TableBatchedEmbedding(sizes, 6, optimizer="adagrad", device=DEVICE).double()
+    other.load_optimizer_state_dict(saved)
+    assert other.optimizer.state is other.optimizer_state and other.optimizer_state.dtype == torch.float64
+    assert torch.equal(other.optimizer_state, saved["state"].double())
+    with pytest.raises(ValueError, match="adagrad"):
+        TableBatchedEmbedding(sizes, 6, optimizer="sgd", device=DEVICE).load_optimizer_state_dict(saved)
+    with pytest.raises(ValueError, match="positive"):
+        TableBatchedEmbedding((3, 0), 6)
+
+
+def test_under_torch_compile():
+    """The lookup runs outside the compiled graph (its backward updates parameters) and gives
+    the same update as without torch.compile."""
+    torch._dynamo.reset()
+    sizes = (6, 9)
+    indices = _indices(13, sizes)
+    modules = [TableBatchedEmbedding(sizes, 8, optimizer="sgd", lr=0.5, device=DEVICE) for _ in range(2)]
+    modules[1].load_state_dict(modules[0].state_dict())
+    start = modules[0].weight.detach().clone()
+    backend = "inductor" if DEVICE == "cuda" else "aot_eager"
+    compiled = torch.compile(lambda idx: modules[1](idx).tanh().sum(), backend=backend)
+    modules[0](indices).tanh().sum().backward()
+    compiled(indices).backward()
+    assert not torch.equal(modules[0].weight.detach(), start)
+    assert_close(modules[1].weight.detach() - start, modules[0].weight.detach() - start, torch.float32,
+                 "compiled update")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["sgd", "adagrad"])
+def test_kaggle_sized_batch_with_hot_rows(kind):
+    """26 tables, batch 65536, Zipf-like indices (a few rows take a large share of each table:
+    runs over hundreds of blocks), the default block sizes; fp32 tables against float64."""
+    sizes = [1000, 50_000, 3, 200_000] * 6 + [10, 7]
+    offsets = _offsets(sizes)
+    batch = 65536
+    ranks = torch.distributions.Pareto(torch.tensor(1.0), torch.tensor(1.2)).sample((batch, len(sizes)))
+    indices = (ranks.to(DEVICE).long() - 1) % torch.tensor(sizes, device=DEVICE)
+    weight64 = torch.randn(int(offsets[-1]), 16, dtype=torch.float64, device=DEVICE)
+    state64 = torch.rand_like(weight64) if kind == "adagrad" else None
+    reference = weight64.clone().requires_grad_()
+    out_ref = embedding_lookup_reference(reference, offsets, indices)
+    grad_out = torch.randn_like(out_ref) * 1e-2
+    (out_ref * grad_out).sum().backward()
+    expected = weight64.clone()
+    sparse_update_reference(expected, reference.grad, SparseOptimizer(kind, 0.1, state=None if state64 is None
+                                                                      else state64.clone()))
+    weight = weight64.float().requires_grad_()
+    optimizer = SparseOptimizer(kind, 0.1, state=None if state64 is None else state64.float())
+    embedding_lookup(weight, offsets, indices, optimizer=optimizer).backward(grad_out.float())
+    assert (indices[:, 0] == 0).float().mean() > 0.2  # a hot row indeed
+    assert_close(weight.detach().double() - weight64, expected - weight64, torch.float32, f"{kind} update")
