@@ -11,7 +11,7 @@ from conftest import DEVICE
 from fusedmlp.nn.embedding import TableBatchedEmbedding
 from fusedmlp.ops.embedding import (SparseOptimizer, embedding_lookup, embedding_lookup_reference,
                                     sparse_update_reference)
-from helpers import assert_close
+from helpers import assert_close, rel_err
 
 
 def _offsets(sizes):
@@ -186,4 +186,18 @@ def test_kaggle_sized_batch_with_hot_rows(kind):
     optimizer = SparseOptimizer(kind, 0.1, state=None if state64 is None else state64.float())
     embedding_lookup(weight, offsets, indices, optimizer=optimizer).backward(grad_out.float())
     assert (indices[:, 0] == 0).float().mean() > 0.2  # a hot row indeed
-    assert_close(weight.detach().double() - weight64, expected - weight64, torch.float32, f"{kind} update")
+    # the hot rows' updates are fp32 sums of 10^4+ terms: a looser bound than one product's
+    change, expected_change = weight.detach().double() - weight64, expected - weight64
+    assert rel_err(change, expected_change) < 1e-4
+
+
+def test_a_new_lr_takes_effect():
+    """lr lives in a device tensor rewritten in place: a changed lr is used by the next step."""
+    offsets, indices = _offsets((4,)), torch.tensor([[1], [3], [1]], device=DEVICE)
+    weight = torch.zeros(4, 2, dtype=torch.float64, device=DEVICE, requires_grad=True)
+    optimizer = SparseOptimizer("sgd", 1.0)
+    grad_out = torch.ones(3, 1, 2, dtype=torch.float64, device=DEVICE)
+    embedding_lookup(weight, offsets, indices, optimizer=optimizer).backward(grad_out)
+    optimizer.lr = 0.25
+    embedding_lookup(weight, offsets, indices, optimizer=optimizer).backward(grad_out)
+    assert weight.detach()[:, 0].tolist() == [0.0, -2.5, 0.0, -1.25]

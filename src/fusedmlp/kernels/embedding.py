@@ -25,15 +25,16 @@ The backward takes three launches and is deterministic:
     so a hot row (Criteo's most frequent values fill a large share of a batch) costs a few wide
     reads, not a walk of one block at a time.
 Each row is updated by exactly one program with a fixed order of additions: results do not
-depend on scheduling. The sums are in fp32 (fp64 for fp64 tables).
+depend on scheduling. The sums are in fp32 (fp64 for fp64 tables). lr and eps come from a
+device tensor of that dtype (``hyper_ptr``: [lr, eps]): a float argument would round them to
+fp32, and a tensor can change between replays of a captured step.
 """
 
 import triton
 import triton.language as tl
 
-OPTIMIZER_NONE: tl.constexpr = 0
-OPTIMIZER_SGD: tl.constexpr = 1
-OPTIMIZER_ADAGRAD: tl.constexpr = 2
+OPTIMIZER_SGD = tl.constexpr(1)
+OPTIMIZER_ADAGRAD = tl.constexpr(2)
 
 
 @triton.jit
@@ -67,9 +68,10 @@ def _segmented_add(start_a, sum_a, start_b, sum_b):
 
 
 @triton.jit
-def _update_rows(weight_ptr, state_ptr, rows, grad, mask, lr, eps, stride_w, stride_s,
+def _update_rows(weight_ptr, state_ptr, rows, grad, mask, hyper_ptr, stride_w, stride_s,
                  D: tl.constexpr, D_PAD: tl.constexpr, OPTIMIZER: tl.constexpr):
     """Apply the optimizer to weight[rows] (rows [X] int64, grad [X, D_PAD] summed gradients)."""
+    lr = tl.load(hyper_ptr)
     col = tl.arange(0, D_PAD)[None, :]
     m = mask[:, None] & (col < D)
     w_ptrs = weight_ptr + rows[:, None] * stride_w + col
@@ -79,7 +81,7 @@ def _update_rows(weight_ptr, state_ptr, rows, grad, mask, lr, eps, stride_w, str
         s = tl.load(s_ptrs, mask=m, other=0.0).to(grad.dtype) + grad * grad
         s = s.to(state_ptr.dtype.element_ty)
         tl.store(s_ptrs, s, mask=m)
-        step = lr * grad / (tl.sqrt(s.to(grad.dtype)) + eps)
+        step = lr * grad / (tl.sqrt(s.to(grad.dtype)) + tl.load(hyper_ptr + 1))
     else:
         step = lr * grad
     tl.store(w_ptrs, (w.to(grad.dtype) - step).to(weight_ptr.dtype.element_ty), mask=m)
@@ -88,7 +90,7 @@ def _update_rows(weight_ptr, state_ptr, rows, grad, mask, lr, eps, stride_w, str
 @triton.jit
 def embedding_segment_update_kernel(
     sorted_keys_ptr, order_ptr, grad_ptr, weight_ptr, state_ptr, tail_ptr, head_ptr, last_key_ptr,
-    N, R, lr, eps, stride_w, stride_s,
+    N, R, hyper_ptr, stride_w, stride_s,
     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_P: tl.constexpr, OPTIMIZER: tl.constexpr,
     ACC_DTYPE: tl.constexpr,
 ):
@@ -114,7 +116,7 @@ def embedding_segment_update_kernel(
     in_first_run = tl.cumsum((run_start & (slot > 0)).to(tl.int32), 0) == 0
     carried_in = in_first_run & (tl.sum((first & run_start).to(tl.int32), 0) == 0)
     complete = run_end & in_range & (key < R) & (carried_in == 0)
-    _update_rows(weight_ptr, state_ptr, key, partial, complete, lr, eps, stride_w, stride_s, D, D_PAD, OPTIMIZER)
+    _update_rows(weight_ptr, state_ptr, key, partial, complete, hyper_ptr, stride_w, stride_s, D, D_PAD, OPTIMIZER)
 
     last_slot = tl.minimum(N - block.to(tl.int64) * BLOCK_P, BLOCK_P) - 1
     at_last = slot == last_slot
@@ -128,7 +130,7 @@ def embedding_segment_update_kernel(
 @triton.jit
 def embedding_carried_update_kernel(
     sorted_keys_ptr, tail_ptr, head_ptr, last_key_ptr, weight_ptr, state_ptr,
-    N, R, lr, eps, stride_w, stride_s,
+    N, R, hyper_ptr, stride_w, stride_s,
     D: tl.constexpr, D_PAD: tl.constexpr, BLOCK_P: tl.constexpr, W_BLOCKS: tl.constexpr,
     OPTIMIZER: tl.constexpr, ACC_DTYPE: tl.constexpr,
 ):
@@ -152,5 +154,5 @@ def embedding_carried_update_kernel(
             window_end -= W_BLOCKS
             more = (window_end > 0) & (tl.load(last_key_ptr + window_end - 1, mask=window_end > 0, other=-1) == key)
         rows = tl.zeros([1], tl.int64) + key
-        _update_rows(weight_ptr, state_ptr, rows, total[None, :].to(ACC_DTYPE), rows >= 0, lr, eps, stride_w, stride_s,
+        _update_rows(weight_ptr, state_ptr, rows, total[None, :].to(ACC_DTYPE), rows >= 0, hyper_ptr, stride_w, stride_s,
                      D, D_PAD, OPTIMIZER)

@@ -17,7 +17,7 @@ parameters in place, which compiled graphs do not express.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +30,7 @@ from ._common import acc_dtypes, check_tensor, use_triton
 
 __all__ = ["SparseOptimizer", "embedding_lookup", "embedding_lookup_reference", "sparse_update_reference"]
 
-_KINDS = {"sgd": OPTIMIZER_SGD, "adagrad": OPTIMIZER_ADAGRAD}
+_KINDS = {"sgd": OPTIMIZER_SGD.value, "adagrad": OPTIMIZER_ADAGRAD.value}
 _GATHER_ELEMENTS = 4096  # elements of the [lookups, D_PAD] tile of a gather program
 _BLOCK_P = 128           # sorted lookups per program of the update
 _W_BLOCKS = 64           # earlier blocks read at once when finishing a run that crosses blocks
@@ -49,6 +49,21 @@ class SparseOptimizer:
     lr: float
     eps: float = 1e-10
     state: torch.Tensor | None = None
+    _hyper: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def hyper(self, dtype: torch.dtype, device) -> torch.Tensor:
+        """[lr, eps] as a device tensor of ``dtype``, one per (dtype, device), rewritten in place
+        when lr or eps change: later steps copy nothing from the host, and a step captured in a
+        CUDA graph replays with the current values."""
+        key = (dtype, torch.device(device))
+        values = (float(self.lr), float(self.eps))
+        cached = self._hyper.get(key)
+        if cached is None:
+            cached = self._hyper[key] = [values, torch.tensor(values, dtype=dtype, device=device)]
+        elif cached[0] != values:
+            cached[1].copy_(torch.tensor(values, dtype=dtype))
+            cached[0] = values
+        return cached[1]
 
     def check(self, weight: torch.Tensor) -> None:
         if self.kind not in _KINDS:
@@ -140,7 +155,7 @@ def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer) -> None:
     head = torch.empty_like(tail)
     last_key = torch.empty(blocks, dtype=torch.int64, device=weight.device)
     state = optimizer.state if optimizer.kind == "adagrad" else weight
-    common = (rows, float(optimizer.lr), float(optimizer.eps), weight.stride(0), state.stride(0))
+    common = (rows, optimizer.hyper(acc_torch, weight.device), weight.stride(0), state.stride(0))
     meta = dict(D=dim, D_PAD=d_pad, BLOCK_P=_BLOCK_P, OPTIMIZER=_KINDS[optimizer.kind], ACC_DTYPE=acc_tl, num_warps=4)
     launch(embedding_segment_update_kernel, (blocks,), sorted_keys, order, grad, weight, state, tail, head, last_key,
            lookups, *common, **meta)
