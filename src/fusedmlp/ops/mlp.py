@@ -15,7 +15,11 @@ PyTorch reference).
 Backward: the dgrad kernel (every ``dL/dz_i``, and dx, in one pass from the last layer to the
 first; for an input wider than ``FULL_MAX`` dx is one cuBLAS product after it), then one
 grouped wgrad launch for every dW and db (plus a fixed-order reduction of its
-row-slice partials when the batch is large): 2-3 launches whatever the depth.
+row-slice partials when the batch is large): 2-3 launches whatever the depth. From
+``CUBLAS_WGRAD_MIN_ROWS`` rows on a GPU the weight gradients are cuBLAS products of the saved
+tensors instead (one per layer, and a column sum per bias): there the grouped kernel's small
+tiles are the slower choice (1.0 ms against about 0.3 ms for both DLRM MLPs at batch 65536 in
+bf16 on an H200, ``benchmarks/dlrm_profile.py``).
 
 What the backward keeps, per layer (``recompute=False``, the default): the output for
 activations whose derivative is a function of it (identity, relu, squared_relu, sigmoid; it
@@ -66,6 +70,7 @@ BLOCK_C = 32 if INTERPRET else 64
 WGRAD_MIN_SLICE_ROWS = 1024
 _WGRAD_BLOCK = 32 if INTERPRET else 64  # BLOCK_N = BLOCK_K = BLOCK_R of the wgrad tiles
 _REDUCE_BLOCK = 1024
+CUBLAS_WGRAD_MIN_ROWS = 16384
 
 _KEY = ["M_KEY", "WIDTHS", "ROLES", "ACTS"]
 _fwd_launcher = Launcher(mlp_fwd_kernel, MLP_CONFIGS, key=_KEY + ["HAS_BIAS", "SAVE"])
@@ -203,7 +208,16 @@ def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool):
         BLOCK_C=BLOCK_C, **dot_meta(g.dtype), fp64=g.dtype == torch.float64,
     )
     if needs_dx and not plan.dx_direct:  # a wide input: dx = d_0 @ W_0 on cuBLAS (kernels/mlp.py says why)
-        torch.mm(d[0], weights[0], out=dx)
+        _mm_into(d[0], weights[0], dx)
+    if g.is_cuda and m >= CUBLAS_WGRAD_MIN_ROWS and all(a == "identity" for a in plan.a_acts):
+        grads = g.new_empty((plan.total,))
+        for i in range(layers):
+            rows, cols = plan.widths[i + 1], plan.widths[i]
+            start = plan.offsets[i]
+            _mm_into(d[i].t(), x if i == 0 else saved[i - 1], grads[start:start + rows * cols].view(rows, cols))
+            if plan.has_bias[i]:
+                torch.sum(d[i], 0, out=grads[start + rows * cols:start + rows * cols + rows])
+        return dx, grads
 
     block = 16 if (g.dtype == torch.float64 and not INTERPRET) else _WGRAD_BLOCK
     tiles = sum(triton.cdiv(plan.widths[i + 1], block) * triton.cdiv(plan.widths[i], block) for i in range(layers))
@@ -224,6 +238,18 @@ def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool):
             mlp_reduce_kernel, (triton.cdiv(plan.total, _REDUCE_BLOCK),), out, grads, plan.total, slices, BLOCK=_REDUCE_BLOCK, UPCAST=dot_meta(g.dtype)["UPCAST"],
         )
     return dx, grads
+
+
+def _mm_into(a, b, out):
+    """out = a @ b on cuBLAS. When out's rows are not 16-byte aligned (DLRM's 367-wide
+    interaction, its 13 dense inputs) the product goes to a buffer padded with zero columns of b
+    and is copied: cuBLAS's kernels for misaligned rows run at a fraction of the speed (0.24 ms
+    for the top MLP's dx at batch 65536 in bf16 on an H200)."""
+    cols, align = b.shape[1], 16 // b.element_size()
+    if cols % align == 0:
+        torch.mm(a, b, out=out)
+    else:
+        out.copy_(torch.mm(a, torch.nn.functional.pad(b, (0, -cols % align)))[:, :cols])
 
 
 # --------------------------------------------------------------------------------------
