@@ -289,8 +289,8 @@ def test_patch_fuses_whole_sequentials(device):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("batch", [2048, 8191, 20000])
 def test_dlrm_mlps_on_gpu(sizes, dtype, batch):
-    """The DLRM MLPs at the real widths (one kernel each way; from CUBLAS_WGRAD_MIN_ROWS = 16384
-    rows the weight gradients on cuBLAS), against float64 on the GPU.
+    """The DLRM MLPs at the real widths (one kernel each way; for the top MLP from
+    CUBLAS_WGRAD_MIN_ROWS = 16384 rows the weight gradients on cuBLAS), against float64 on the GPU.
     (g has a mean: the top MLP's last bias gradient is ONE sum over the batch, which a
     zero-mean g cancels down to rounding noise. fp32: with millions of ReLU units, a few
     pre-activations lie within fp32 rounding of 0 and flip their derivative against the

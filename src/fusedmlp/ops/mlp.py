@@ -15,11 +15,13 @@ PyTorch reference).
 Backward: the dgrad kernel (every ``dL/dz_i``, and dx, in one pass from the last layer to the
 first; for an input wider than ``FULL_MAX`` dx is one cuBLAS product after it), then one
 grouped wgrad launch for every dW and db (plus a fixed-order reduction of its
-row-slice partials when the batch is large): 2-3 launches whatever the depth. From
-``CUBLAS_WGRAD_MIN_ROWS`` rows on a GPU the weight gradients are cuBLAS products of the saved
-tensors instead (one per layer, and a column sum per bias): there the grouped kernel's small
-tiles are the slower choice (1.0 ms against about 0.3 ms for both DLRM MLPs at batch 65536 in
-bf16 on an H200, ``benchmarks/dlrm_profile.py``).
+row-slice partials when the batch is large): 2-3 launches whatever the depth. For a stack
+whose input is wider than ``FULL_MAX`` (DLRM's 367-wide top MLP), from
+``CUBLAS_WGRAD_MIN_ROWS`` rows on a GPU, the weight gradients are cuBLAS products of the saved
+tensors instead (one per layer, and a column sum per bias): measured on an H200 in bf16 at
+batch 65536, the top MLP's forward+backward took 1.42 ms with the grouped kernel and 0.94 ms
+this way, while the bottom MLP (13 wide) took 0.55 ms with the kernel and 0.70 ms this way
+(``fusedmlp bench mlp``; ``benchmarks/dlrm_profile.py`` shows the kernels).
 
 What the backward keeps, per layer (``recompute=False``, the default): the output for
 activations whose derivative is a function of it (identity, relu, squared_relu, sigmoid; it
@@ -209,7 +211,8 @@ def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool):
     )
     if needs_dx and not plan.dx_direct:  # a wide input: dx = d_0 @ W_0 on cuBLAS (kernels/mlp.py says why)
         _mm_into(d[0], weights[0], dx)
-    if g.is_cuda and m >= CUBLAS_WGRAD_MIN_ROWS and all(a == "identity" for a in plan.a_acts):
+    if (g.is_cuda and not plan.dx_direct and m >= CUBLAS_WGRAD_MIN_ROWS
+            and all(a == "identity" for a in plan.a_acts)):
         grads = g.new_empty((plan.total,))
         for i in range(layers):
             rows, cols = plan.widths[i + 1], plan.widths[i]
