@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .._cuda_graph import capture_cuda_graph
 from .data import DEFAULT_MAX_ROWS, load_data
 from .metrics import click_metrics
 from .model import DLRM, DLRMConfig
@@ -128,16 +129,9 @@ class GraphedTrainStep:
         live = list(model.parameters()) + list(model.buffers()) + optimizer.state_tensors()
         saved = [t.detach().clone() for t in live]
         optimizer.zero_grad(set_to_none=True)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(warmup):
-                self._step()
-                optimizer.zero_grad(set_to_none=True)
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.loss = self._step()
+        # gradients are None at the capture: the captured backward writes them afresh on each replay
+        self.graph, self.loss = capture_cuda_graph(self._step, warmup,
+                                                   after_warmup_call=lambda: optimizer.zero_grad(set_to_none=True))
         with torch.no_grad():
             for t, value in zip(live, saved):
                 t.copy_(value)

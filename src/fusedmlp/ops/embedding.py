@@ -202,12 +202,12 @@ def _check(weight, table_offsets, indices, optimizer, check_bounds: bool):
             raise TypeError(f"optimizer must be a SparseOptimizer or None, got {type(optimizer).__name__}")
         optimizer.check(weight)
     if check_bounds and indices.numel():  # (one host sync)
-        sizes = (table_offsets[1:] - table_offsets[:-1]).to(indices.dtype)
-        bad = (indices < 0) | (indices >= sizes)
+        bad = _out_of_table(table_offsets, indices)
         if bool(bad.any()):
             row, table = (int(v) for v in bad.nonzero()[0])
+            rows = int(table_offsets[table + 1] - table_offsets[table])
             raise IndexError(f"indices[{row}, {table}] = {int(indices[row, table])} is outside table {table} "
-                             f"({int(sizes[table])} rows)")
+                             f"({rows} rows)")
 
 
 def embedding_lookup(weight: torch.Tensor, table_offsets: torch.Tensor, indices: torch.Tensor, *,

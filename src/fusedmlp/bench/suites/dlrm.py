@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from ..._cuda_graph import capture_cuda_graph
 from ..harness import Measurement, median_ms, peak_mib_above_current, progress
 
 NAME = "dlrm"
@@ -87,21 +88,8 @@ def _steps(impl: str, dtype, batch: int):
     if impl == "fused_graph":
         graphed = GraphedTrainStep(model, forward, optimizer, (dense, cats, labels), batch)
         rows = torch.arange(batch, device=dense.device)
-        return {"train": lambda: graphed(rows), "infer": _graphed_inference(infer)}, model
+        return {"train": lambda: graphed(rows), "infer": capture_cuda_graph(infer)[0].replay}, model
     return {"train": train, "infer": infer}, model
-
-
-def _graphed_inference(infer):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            infer()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        infer()
-    return graph.replay
 
 
 def run_gpu(shapes, dtype, impls, modes, on_shape_done=None) -> list[Measurement]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..._cuda_graph import capture_cuda_graph
 from ..harness import Measurement, available_impls, run_suite
 from ..harness import summary_table as harness_summary_table
 
@@ -107,19 +108,7 @@ def _graph_steps(forward, inputs, g):
     """{mode: replay of a CUDA graph capturing that mode of ``forward``}."""
     wrt = [t for t in inputs if t.requires_grad]
     fns = {"fwd": lambda: forward(*inputs), "fwd+bwd": lambda: torch.autograd.grad(forward(*inputs), wrt, g)}
-    steps = {}
-    for mode, fn in fns.items():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up off the capture stream, as capture requires
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        steps[mode] = graph.replay
-    return steps
+    return {mode: capture_cuda_graph(fn)[0].replay for mode, fn in fns.items()}
 
 
 def _flops(shape) -> float:
