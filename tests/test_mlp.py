@@ -34,11 +34,32 @@ def forward_and_grads(fn, x, weights, biases, g, dtype, wants):
     return y, list(grads)
 
 
+def kink_free_rows(x, weights, biases, activation, last_activation, x_transform=None, margin=1e-5):
+    """Mask of the rows of x whose float64 ReLU pre-activations all lie farther than ``margin``
+    times their layer's RMS from 0. At a pre-activation that close to the kink, fp32 rounding
+    can flip the derivative against float64 and change that row of dx by ~10%: a discontinuity
+    of the function, not an error of the kernel. (fp32 GPU stacks of ~10^6 ReLU units have one
+    or two such units per run; one flipped row of 2048 alone exceeds a 1e-3 bound.)"""
+    x = x_transform(x) if x_transform else x
+    rows = x.reshape(-1, x.shape[-1]).shape[0]
+    keep = torch.ones(rows, dtype=torch.bool, device=x.device)
+    acts = mlp_ops.layer_activations(len(weights), mlp_ops.check_activation(activation),
+                                     mlp_ops.check_activation(last_activation))
+    h = x.reshape(rows, -1)
+    for w, b, act in zip(weights, biases, acts):
+        pre = torch.nn.functional.linear(h, w, b)
+        if act == "relu":
+            keep &= (pre.abs() > margin * pre.pow(2).mean().sqrt()).all(dim=1)
+        h = fusedmlp.ops.activations.activation_reference(pre, act)
+    return keep.reshape(x.shape[:-1])
+
+
 def check_stack(sizes, device, dtype, activation="relu", last_activation=None, bias=True, recompute=False,
                 batch=(37,), wants=None, x_transform=None, g_offset=0.0, fp32_bound=None):
     """The fused stack against float64 on the same (rounded) inputs. 16-bit stacks round every
     layer's activation, and the error grows with depth: the bound is the larger of the dtype's
-    tolerance and twice eager PyTorch's own error in that dtype."""
+    tolerance and twice eager PyTorch's own error in that dtype. ``fp32_bound`` (GPU fp32) also
+    leaves the rows with a ReLU pre-activation at the kink out of the dx comparison."""
     x, weights, biases, g = make_stack(sizes, device, bias, batch)
     g = g + g_offset
     n_leaves = 1 + 2 * len(weights)
@@ -60,8 +81,14 @@ def check_stack(sizes, device, dtype, activation="relu", last_activation=None, b
     eager, eager_grads = forward_and_grads(reference, x, weights, biases, g, dtype, wants)
     assert y.dtype == dtype and y.shape == y64.shape
     names = ["y"] + [n for n, w in zip(["x"] + [f"{k}{i}" for i in range(len(weights)) for k in "Wb"], wants) if w]
+    kink_rows_out = dtype == torch.float32 and fp32_bound is not None
+    if kink_rows_out:
+        kept = kink_free_rows(rounded([x])[0], rounded(weights), rounded(biases), activation, last_activation,
+                              x_transform)
     for name, got, want, base in zip(names, [y] + grads, [y64] + grads64, [eager] + eager_grads):
         assert got.dtype == dtype and got.shape == want.shape, name
+        if name == "x" and kink_rows_out:
+            got, want = got[kept], want[kept]
         bound = TOLERANCE[dtype] if dtype in (torch.float64, torch.float32) else \
             max(TOLERANCE[dtype], 2 * rel_err(base, want))
         if dtype == torch.float32 and fp32_bound is not None:
@@ -94,9 +121,13 @@ def test_every_activation(device, activation, small_on_chip):
     ids=["depth5", "bottom-like", "top-like", "wide-last", "depth1"],
 )
 def test_roles_and_dtypes(device, dtype, sizes, roles, small_on_chip):
+    """(g has a mean: with a zero-mean g the last layers' dW and db are sums over 37 rows that
+    cancel, and their relative error in 16 bits is rounding noise magnified by the cancellation.
+    Measured on the interpreter, depth 5: 11 of 600 fp16/bf16 draws then exceeded the bound,
+    against none of 600 with the offset.)"""
     plan = mlp_ops.mlp_plan(tuple(sizes), ("relu",) * (len(sizes) - 2) + ("sigmoid",), (True,) * (len(sizes) - 1), 32)
     assert plan.roles == roles
-    check_stack(sizes, device, dtype, "gelu" if dtype == torch.float64 else "relu", "sigmoid")
+    check_stack(sizes, device, dtype, "gelu" if dtype == torch.float64 else "relu", "sigmoid", g_offset=1.0)
 
 
 @pytest.mark.parametrize("recompute", [False, True], ids=["saves", "recompute"])
@@ -292,10 +323,9 @@ def test_dlrm_mlps_on_gpu(sizes, dtype, batch):
     """The DLRM MLPs at the real widths (one kernel each way; for the top MLP from
     CUBLAS_WGRAD_MIN_ROWS = 16384 rows the weight gradients on cuBLAS), against float64 on the GPU.
     (g has a mean: the top MLP's last bias gradient is ONE sum over the batch, which a
-    zero-mean g cancels down to rounding noise. fp32: with millions of ReLU units, a few
-    pre-activations lie within fp32 rounding of 0 and flip their derivative against the
-    float64 reference, one row of dx off by ~10% (seen on an H200: 2e-4 relative overall), as
-    in any fp32 implementation: the bound is DESIGN.md's GPU fp32 1e-3.)"""
+    zero-mean g cancels down to rounding noise. fp32: the bound is DESIGN.md's GPU fp32 1e-3,
+    and dx is compared on the rows without a ReLU pre-activation at the kink, see
+    ``kink_free_rows``: before that, 3 of 6 runs failed on dx with 1.4e-3 to 3.9e-3.)"""
     last = "sigmoid" if sizes[-1] == 1 else "relu"
     check_stack(sizes, "cuda", dtype, "relu", last, batch=(batch,), g_offset=0.5, fp32_bound=1e-3)
     check_stack(sizes, "cuda", dtype, "relu", last, batch=(batch,), recompute=True, g_offset=0.5, fp32_bound=1e-3)
