@@ -109,7 +109,7 @@ def test_resume_continues_exactly(tmp_path):
     train(_args(tmp_path, *common, "--steps", "20", "--checkpoint", str(first)))
     train(_args(tmp_path, *common, "--steps", "50", "--resume", str(first), "--checkpoint", str(second)))
     a, b = torch.load(straight, weights_only=False), torch.load(second, weights_only=False)
-    assert a["progress"] == b["progress"] == {"step": 50, "epoch": 1, "step_in_epoch": 14}
+    assert a["progress"] == b["progress"] == {"step": 50, "epoch": 1, "position": 14 * 512}
     for name in a["model"]:
         assert torch.equal(a["model"][name], b["model"][name]), name
     for k, state in a["optimizer"]["dense"]["state"].items():
@@ -167,7 +167,7 @@ def test_cuda_graph_step_matches_the_plain_step(tmp_path, impl, optimizer):
     graph_result = train(_gpu_args(*common, "--steps", "40", "--cuda-graph", "--checkpoint", str(graphed)))
     assert graph_result["cuda_graph"] and not result["cuda_graph"]
     a, b = torch.load(plain, weights_only=False), torch.load(graphed, weights_only=False)
-    assert a["progress"] == b["progress"] == {"step": 40, "epoch": 2, "step_in_epoch": 4}  # 18 steps/epoch, last short
+    assert a["progress"] == b["progress"] == {"step": 40, "epoch": 2, "position": 4000}  # 18 steps/epoch, last short
     for name in a["model"]:
         assert _rel(b["model"][name], a["model"][name].double()) < 1e-5, name
     steps = lambda c: [s.get("step") for s in c["optimizer"]["dense"]["state"].values()]  # noqa: E731

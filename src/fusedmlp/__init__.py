@@ -36,6 +36,7 @@ _EXPORTS = {
     "TableBatchedEmbedding": "fusedmlp.nn.embedding",
     "patch": "fusedmlp.nn.patch",
     "unpatch": "fusedmlp.nn.patch",
+    "tensor_parallel": "fusedmlp.nn.tensor_parallel",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

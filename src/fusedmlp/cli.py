@@ -141,7 +141,8 @@ def cmd_dlrm_train(args) -> int:
         _prepare_backend()
     from fusedmlp.dlrm.train import train_and_report
 
-    return train_and_report(args)
+    at = next(i for i in range(len(args.argv) - 1) if args.argv[i:i + 2] == ["dlrm", "train"])
+    return train_and_report(args, args.argv[at + 2:])  # (--nproc restarts the command under torchrun)
 
 
 def cmd_dlrm_eval(args) -> int:
@@ -279,7 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     return args.func(args)
 
 

@@ -5,6 +5,12 @@ The whole data set is held as tensors on the training device; each epoch visits 
 rows in a permutation drawn from ``(seed, epoch)``, so a run resumed from a checkpoint at step
 s replays exactly the batches and updates of an uninterrupted run. Validation (AUC, log loss,
 accuracy) runs every ``--val-every`` steps and at the end.
+
+Data-parallel on several GPUs (or CPU processes): ``torchrun --nproc-per-node N -m
+fusedmlp.dlrm.train ...`` or ``fusedmlp dlrm train --nproc N ...``; ``--batch-size`` is then
+per rank, each rank trains on its share of every global batch (see ``parallel.py``), metrics
+are computed over all ranks' predictions, and rank 0 writes the checkpoints. A checkpoint
+records how many rows of the epoch were consumed, so it resumes on any number of ranks.
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ from .._cuda_graph import capture_cuda_graph
 from .data import DEFAULT_MAX_ROWS, load_data
 from .metrics import click_metrics
 from .model import DLRM, DLRMConfig
+from .parallel import DataParallel, launched_by_torchrun
 
 IMPL_CHOICES = ("auto", "eager", "compile", "fused")
-CHECKPOINT_VERSION = 2
+CHECKPOINT_VERSION = 3  # 3: progress counts the rows of the epoch consumed ("position"); 2 is read too
 
 
 def _device(name: str) -> torch.device:
@@ -61,15 +68,16 @@ def _check_tables(data, config: DLRMConfig) -> None:
 
 class DLRMOptimizer:
     """The model's optimizer: a torch optimizer over ``model.dense_parameters()`` and, for the
-    fused tables, the same update fused into their backward (so ``step`` leaves them alone)."""
+    fused tables, the same update fused into their backward (so ``step`` leaves them alone).
+    ``group``: data-parallel ranks whose table gradients the fused update sums."""
 
-    def __init__(self, model: DLRM, name: str, lr: float):
+    def __init__(self, model: DLRM, name: str, lr: float, group=None):
         if name not in ("sgd", "adagrad"):
             raise ValueError(f"optimizer must be sgd or adagrad, got {name!r}")
         self.model, self.name = model, name
         self.fused_tables = model.impl == "fused"
         if self.fused_tables:
-            model.set_table_optimizer(name, lr=lr)
+            model.set_table_optimizer(name, lr=lr, group=group)
         params = model.dense_parameters()
         self.dense = torch.optim.SGD(params, lr=lr) if name == "sgd" else torch.optim.Adagrad(params, lr=lr)
 
@@ -107,8 +115,21 @@ class DLRMOptimizer:
             self.model.embeddings.load_optimizer_state_dict(state["fused_tables"])
 
 
-def build_optimizer(model: DLRM, name: str, lr: float) -> DLRMOptimizer:
-    return DLRMOptimizer(model, name, lr)
+def build_optimizer(model: DLRM, name: str, lr: float, parallel: DataParallel | None = None) -> DLRMOptimizer:
+    return DLRMOptimizer(model, name, lr, group=parallel.group if parallel and parallel.world > 1 else None)
+
+
+def train_step(model: DLRM, forward, optimizer: DLRMOptimizer, parallel: DataParallel, train_tensors,
+               index: torch.Tensor) -> torch.Tensor:
+    """One optimizer step on the global batch ``index`` (this rank trains on its share);
+    returns this rank's part of the loss."""
+    dense, cats, labels = (t[parallel.shard(index)] for t in train_tensors)
+    loss = parallel.loss(forward(dense, cats), labels, len(index))
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    parallel.reduce_gradients(model)
+    optimizer.step()
+    return loss
 
 
 class GraphedTrainStep:
@@ -123,8 +144,9 @@ class GraphedTrainStep:
     """
 
     def __init__(self, model: DLRM, forward, optimizer: DLRMOptimizer, train_tensors, batch_size: int,
-                 warmup: int = 3):
+                 warmup: int = 3, parallel: DataParallel | None = None):
         self.model, self.forward, self.optimizer, self.train_tensors = model, forward, optimizer, train_tensors
+        self.parallel = parallel or DataParallel()
         self.index = torch.zeros(batch_size, dtype=torch.int64, device=train_tensors[0].device)
         live = list(model.parameters()) + list(model.buffers()) + optimizer.state_tensors()
         saved = [t.detach().clone() for t in live]
@@ -137,15 +159,11 @@ class GraphedTrainStep:
                 t.copy_(value)
 
     def _step(self) -> torch.Tensor:
-        dense, cats, labels = (t[self.index] for t in self.train_tensors)
-        loss = self.model.loss(self.forward(dense, cats), labels)
-        loss.backward()
-        self.optimizer.step()
-        return loss
+        return train_step(self.model, self.forward, self.optimizer, self.parallel, self.train_tensors, self.index)
 
     def __call__(self, index: torch.Tensor) -> torch.Tensor:
-        """Train on the rows ``index`` (exactly ``batch_size`` of them); returns the loss (a
-        tensor the next replay overwrites)."""
+        """Train on the rows ``index`` (exactly ``batch_size`` of them: the global batch);
+        returns this rank's part of the loss (a tensor the next replay overwrites)."""
         self.index.copy_(index)
         self.graph.replay()
         self.optimizer.count_replayed_step()
@@ -163,15 +181,20 @@ def epoch_order(rows: int, seed: int, epoch: int, device) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(forward, split_tensors, batch_size: int) -> dict:
-    dense, cats, labels = split_tensors
-    if len(labels) == 0:
+def evaluate(forward, split_tensors, batch_size: int, parallel: DataParallel | None = None) -> dict:
+    """AUC, log loss and accuracy on a split; data-parallel, each rank predicts its share of the
+    rows and the metrics are computed (on every rank) from all ranks' predictions."""
+    parallel = parallel or DataParallel()
+    if len(split_tensors[2]) == 0:
         return {"auc": float("nan"), "log_loss": float("nan"), "accuracy": float("nan"), "rows": 0}
-    probabilities = []
+    rows = parallel.shard(torch.arange(len(split_tensors[2]), device=split_tensors[2].device))
+    dense, cats, labels = (t[rows] for t in split_tensors)
+    probabilities = [labels.new_empty(0, dtype=torch.float32)]
     for start in range(0, len(labels), batch_size):
         logits = forward(dense[start:start + batch_size], cats[start:start + batch_size])
-        probabilities.append(torch.sigmoid(logits.float()).cpu())
-    return click_metrics(labels.cpu().numpy(), torch.cat(probabilities).numpy())
+        probabilities.append(torch.sigmoid(logits.float()))
+    labels, probabilities = parallel.gather_predictions(labels, torch.cat(probabilities))
+    return click_metrics(labels.cpu().numpy(), probabilities.cpu().numpy())
 
 
 def _rng_state():
@@ -200,7 +223,10 @@ def save_checkpoint(path, model, optimizer, progress: dict, args: dict) -> None:
 
 def load_checkpoint(path) -> dict:
     state = torch.load(path, map_location="cpu", weights_only=False)
-    if state.get("version") != CHECKPOINT_VERSION:
+    if state.get("version") == 2:  # progress counted batches of the epoch; now rows
+        progress = state["progress"]
+        progress["position"] = progress.pop("step_in_epoch") * state["args"]["batch_size"]
+    elif state.get("version") != CHECKPOINT_VERSION:
         raise ValueError(f"{path}: not a fusedmlp DLRM checkpoint (version {state.get('version')})")
     return state
 
@@ -217,17 +243,20 @@ def _profiler(directory):
 
 
 def train(args) -> dict:
-    """Train per ``args`` (the parsed CLI namespace); returns the final metrics and run facts."""
+    """Train per ``args`` (the parsed CLI namespace); returns the final metrics and run facts.
+    Under torchrun, every rank calls it (data-parallel; see the module docstring)."""
     from tqdm import tqdm
 
-    device = _device(args.device)
+    parallel, device_name = DataParallel.from_environment(args.device)
+    device = _device(device_name)
+    main = parallel.is_main
     impl = resolve_impl(args.impl, device)
     resume = load_checkpoint(args.resume) if args.resume else None
     seed = resume["args"]["seed"] if resume else args.seed
     torch.manual_seed(seed)
     cardinalities = resume["config"]["cardinalities"] if resume else None
     data = load_data(args.data, max_rows=args.max_rows, val_fraction=args.val_fraction, cardinalities=cardinalities)
-    if data.report is not None and data.report.malformed:
+    if main and data.report is not None and data.report.malformed:
         print(f"data: {data.report.summary()}", file=sys.stderr)
     if resume:
         config = DLRMConfig.from_dict(resume["config"])
@@ -236,8 +265,9 @@ def train(args) -> dict:
         config = DLRMConfig.from_json(args.config, **overrides) if args.config else DLRMConfig(**overrides)
     _check_tables(data, config)
     model, forward = build_model(config, impl, device, args.sparse)
-    optimizer = build_optimizer(model, args.optimizer, args.lr)
-    progress = {"step": 0, "epoch": 0, "step_in_epoch": 0}
+    parallel.broadcast_model(model)
+    optimizer = build_optimizer(model, args.optimizer, args.lr, parallel)
+    progress = {"step": 0, "epoch": 0, "position": 0}
     if resume:
         model.load_state_dict(resume["model"])
         optimizer.load_state_dict(resume["optimizer"])
@@ -248,58 +278,56 @@ def train(args) -> dict:
     rows = len(data.train)
     if rows == 0:
         raise SystemExit("the training split is empty")
-    steps_per_epoch = math.ceil(rows / args.batch_size)
+    global_batch = args.batch_size * parallel.world
+    steps_per_epoch = math.ceil(rows / global_batch)
     total_steps = args.steps if args.steps is not None else args.epochs * steps_per_epoch
     history = []
     graphed = None
     if args.cuda_graph:
         if device.type != "cuda":
             raise SystemExit("--cuda-graph needs a CUDA device")
-        if rows >= args.batch_size and progress["step"] < total_steps:
-            graphed = GraphedTrainStep(model, forward, optimizer, train_t, args.batch_size)
-    profiler = _profiler(args.profile)
+        if rows >= global_batch and progress["step"] < total_steps:
+            graphed = GraphedTrainStep(model, forward, optimizer, train_t, global_batch, parallel=parallel)
+    profiler = _profiler(args.profile) if main else None
     if profiler is not None:
         profiler.start()
     bar = tqdm(total=total_steps, initial=progress["step"], desc=f"dlrm {impl}", unit="step",
-               disable=args.quiet, dynamic_ncols=True)
+               disable=args.quiet or not main, dynamic_ncols=True)
     running, seen, started = None, 0, time.perf_counter()
     order = None
     while progress["step"] < total_steps:
-        if order is None or progress["step_in_epoch"] == 0:
+        if order is None or progress["position"] == 0:
             order = epoch_order(rows, seed, progress["epoch"], device)
-        start = progress["step_in_epoch"] * args.batch_size
-        index = order[start:start + args.batch_size]
-        if graphed is not None and len(index) == args.batch_size:
+        index = order[progress["position"]:progress["position"] + global_batch]
+        if graphed is not None and len(index) == global_batch:
             loss = graphed(index)
         else:
-            dense, cats, labels = (t[index] for t in train_t)
-            logits = forward(dense, cats)
-            loss = model.loss(logits, labels)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            loss = train_step(model, forward, optimizer, parallel, train_t, index)
         if profiler is not None:
             profiler.step()
         progress["step"] += 1
-        progress["step_in_epoch"] += 1
-        if progress["step_in_epoch"] == steps_per_epoch:
+        progress["position"] += len(index)
+        if progress["position"] >= rows:
             progress["epoch"] += 1
-            progress["step_in_epoch"] = 0
+            progress["position"] = 0
         seen += len(index)
         if progress["step"] % args.log_every == 0 or progress["step"] == total_steps:
-            value = loss.item()
+            value = parallel.total(loss).item()
             running = value if running is None else 0.9 * running + 0.1 * value
             elapsed = time.perf_counter() - started
             bar.set_postfix(loss=f"{running:.4f}", samples_per_s=f"{seen / max(elapsed, 1e-9):,.0f}")
         bar.update()
         at_end = progress["step"] == total_steps
         if at_end or (args.val_every and progress["step"] % args.val_every == 0):
-            metrics = dict(evaluate(forward, val_t, args.eval_batch_size), step=progress["step"])
+            metrics = dict(evaluate(forward, val_t, args.eval_batch_size, parallel), step=progress["step"])
             history.append(metrics)
-            bar.write(f"step {progress['step']}: val auc {metrics['auc']:.4f}  log loss {metrics['log_loss']:.4f}  "
-                      f"accuracy {metrics['accuracy']:.4f}")
+            if main:
+                bar.write(f"step {progress['step']}: val auc {metrics['auc']:.4f}  log loss "
+                          f"{metrics['log_loss']:.4f}  accuracy {metrics['accuracy']:.4f}")
         if args.checkpoint and (at_end or (args.save_every and progress["step"] % args.save_every == 0)):
-            save_checkpoint(args.checkpoint, model, optimizer, progress, _run_args(args, seed, impl))
+            if main:
+                save_checkpoint(args.checkpoint, model, optimizer, progress, _run_args(args, seed, impl, parallel))
+            parallel.barrier()
     bar.close()
     if profiler is not None:
         profiler.stop()
@@ -307,23 +335,25 @@ def train(args) -> dict:
         profiler.export_chrome_trace(str(trace))
         print(f"profile: Chrome trace {trace}; TensorBoard logs in {args.profile}")
     elapsed = time.perf_counter() - started
+    final_loss = parallel.total(loss).item() if seen else None
     result = {
-        "impl": impl, "cuda_graph": graphed is not None, "device": str(device), "steps": progress["step"], "epochs_done": progress["epoch"],
-        "batch_size": args.batch_size, "train_rows": rows, "val_rows": len(data.val),
+        "impl": impl, "cuda_graph": graphed is not None, "device": str(device), "world_size": parallel.world,
+        "steps": progress["step"], "epochs_done": progress["epoch"], "batch_size": args.batch_size,
+        "global_batch_size": global_batch, "train_rows": rows, "val_rows": len(data.val),
         "samples_per_s": seen / elapsed if elapsed > 0 else float("nan"),
-        "final_loss": loss.item() if seen else None, "validation": history[-1] if history else None,
+        "final_loss": final_loss, "validation": history[-1] if history else None,
         "history": history, "data": data.source,
     }
-    if args.metrics_out:
+    if args.metrics_out and main:
         Path(args.metrics_out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.metrics_out).write_text(json.dumps(result, indent=2))
     return result
 
 
-def _run_args(args, seed, impl) -> dict:
+def _run_args(args, seed, impl, parallel: DataParallel) -> dict:
     return {"seed": seed, "impl": impl, "batch_size": args.batch_size, "optimizer": args.optimizer, "lr": args.lr,
             "data": None if args.data is None else str(args.data), "sparse": args.sparse,
-            "cuda_graph": args.cuda_graph}
+            "cuda_graph": args.cuda_graph, "world_size": parallel.world}
 
 
 def evaluate_checkpoint(args) -> dict:
@@ -377,6 +407,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-every", type=int, default=10, help="refresh the loss on the progress bar every N steps")
     parser.add_argument("--metrics-out", default=None, help="write the run's metrics as JSON here")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--nproc", type=int, default=1,
+                        help="data-parallel processes on this machine (one per GPU; gloo processes on a CPU), "
+                             "started through torchrun; --batch-size is then per process (default 1)")
 
 
 def check_train_args(args) -> None:
@@ -389,20 +422,51 @@ def check_train_args(args) -> None:
         raise SystemExit("--lr must be a positive number")
     if not 0 <= args.val_fraction < 1:
         raise SystemExit("--val-fraction must be in [0, 1)")
+    if args.nproc < 1:
+        raise SystemExit("--nproc must be at least 1")
+    if args.nproc > 1 and args.device.startswith("cuda") and torch.cuda.device_count() < args.nproc:
+        raise SystemExit(f"--nproc {args.nproc}: only {torch.cuda.device_count()} CUDA GPUs here")
 
 
-def train_and_report(args) -> int:
-    """Check the arguments, train, print the run's summary as JSON (the CLI's train command)."""
+def spawn_ranks(nproc: int, train_argv: list[str]) -> int:
+    """Run this training command in ``nproc`` processes through torchrun (``--nproc`` removed
+    from its arguments); returns torchrun's exit status."""
+    import subprocess
+
+    argv, skip = [], False
+    for arg in train_argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        elif not arg.startswith("--nproc="):
+            argv.append(arg)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+               "-m", "fusedmlp.dlrm.train"] + argv
+    return subprocess.call(command)
+
+
+def train_and_report(args, train_argv: list[str] | None = None) -> int:
+    """Check the arguments, train (in ``--nproc`` processes when asked, ``train_argv`` being the
+    command's arguments), print the run's summary as JSON from rank 0 (the CLI's train command)."""
     check_train_args(args)
-    result = train(args)
-    print(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=2))
+    if args.nproc > 1 and not launched_by_torchrun():
+        return spawn_ranks(args.nproc, sys.argv[1:] if train_argv is None else train_argv)
+    try:
+        result = train(args)
+    finally:
+        if launched_by_torchrun():
+            DataParallel().close()
+    if result["world_size"] == 1 or int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=2))
     return 0
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fusedmlp.dlrm.train", description="Train a DLRM.")
     add_train_arguments(parser)
-    return train_and_report(parser.parse_args(argv))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return train_and_report(parser.parse_args(argv), argv)
 
 
 if __name__ == "__main__":

@@ -7,5 +7,7 @@ from .lora import LoRALinear
 from .mlp import FusedMLP
 from .patch import patch, unpatch
 from .swiglu import SwiGLU
+from .tensor_parallel import tensor_parallel
 
-__all__ = ["GEGLU", "FusedLinear", "FusedMLP", "LoRALinear", "SwiGLU", "TableBatchedEmbedding", "patch", "unpatch"]
+__all__ = ["GEGLU", "FusedLinear", "FusedMLP", "LoRALinear", "SwiGLU", "TableBatchedEmbedding", "patch",
+           "tensor_parallel", "unpatch"]

@@ -54,9 +54,11 @@ class TableBatchedEmbedding(nn.Module):
         self.weight.normal_()
 
     def set_optimizer(self, optimizer: str | None, *, lr: float = 0.01, eps: float = 1e-10,
-                      initial_accumulator_value: float = 0.0) -> None:
+                      initial_accumulator_value: float = 0.0, group=None) -> None:
         """Choose the update the backward applies (None: the tables are frozen); Adagrad's state
-        starts at ``initial_accumulator_value`` (kept if it already exists)."""
+        starts at ``initial_accumulator_value`` (kept if it already exists). ``group``: a
+        process group whose ranks hold replicas of these tables and train data-parallel; each
+        rank's backward then applies the update of every rank's gradients (``SparseOptimizer``)."""
         if optimizer is None:
             self.optimizer, self.optimizer_state = None, None
             return
@@ -66,7 +68,7 @@ class TableBatchedEmbedding(nn.Module):
                                                        requires_grad=False)
         else:
             self.optimizer_state = None
-        self.optimizer = SparseOptimizer(optimizer, lr, eps, self.optimizer_state)
+        self.optimizer = SparseOptimizer(optimizer, lr, eps, self.optimizer_state, group)
         self.optimizer.check(self.weight)
 
     def _apply(self, fn, *args, **kwargs):

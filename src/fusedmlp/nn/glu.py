@@ -9,6 +9,7 @@ from torch import nn
 
 from ..ops.activations import check_activation
 from ..ops.glu import geglu
+from .tensor_parallel import tensor_parallel_forward
 
 
 class GEGLU(nn.Module):
@@ -57,7 +58,11 @@ class GEGLU(nn.Module):
         layer.bias = linear.bias
         return layer
 
+    tp_mesh = None  # the device mesh once ``tensor_parallel`` has sharded this layer
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.tp_mesh is not None:
+            return tensor_parallel_forward(self, x)
         return geglu(x, self.weight, self.bias, recompute=self.recompute, activation=self.activation)
 
     def extra_repr(self) -> str:

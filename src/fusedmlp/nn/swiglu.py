@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from ..ops.swiglu import swiglu
+from .tensor_parallel import tensor_parallel_forward
 
 
 class SwiGLU(nn.Module):
@@ -42,7 +43,11 @@ class SwiGLU(nn.Module):
         layer.recompute = recompute
         return layer
 
+    tp_mesh = None  # the device mesh once ``tensor_parallel`` has sharded this layer
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.tp_mesh is not None:
+            return tensor_parallel_forward(self, x)
         return swiglu(x, self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight, recompute=self.recompute)
 
     def extra_repr(self) -> str:

@@ -25,6 +25,7 @@ import triton
 
 from ..kernels.embedding import (OPTIMIZER_ADAGRAD, OPTIMIZER_SGD, embedding_carried_update_kernel,
                                  embedding_gather_kernel, embedding_segment_update_kernel)
+from .._distributed import gather_padded, world_size
 from ..kernels.launch import launch
 from ._common import acc_dtypes, check_tensor, use_triton
 
@@ -43,12 +44,17 @@ class SparseOptimizer:
     kind: "sgd" (w -= lr g) or "adagrad" (s += g * g; w -= lr g / (sqrt(s) + eps), elementwise
         like torch.optim.Adagrad without lr decay or weight decay).
     state: Adagrad's sum of squares, a tensor shaped like the weight (updated in place).
+    group: a ``torch.distributed`` process group (or ``dist.group.WORLD``) for data-parallel
+        training with replicated tables: the backward gathers every rank's lookups and
+        gradients and each rank applies the update of their sum, in rank order, so the
+        replicas stay identical (scale each rank's loss so that the sum is the global loss).
     """
 
     kind: str
     lr: float
     eps: float = 1e-10
     state: torch.Tensor | None = None
+    group: object = None
     _hyper: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def hyper(self, dtype: torch.dtype, device) -> torch.Tensor:
@@ -133,13 +139,17 @@ def _gather(weight, table_offsets, indices, want_keys: bool):
 
 
 def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer) -> None:
+    rows, dim = weight.shape
+    grad = grad_out.reshape(keys.numel(), dim)
+    if grad.dtype != weight.dtype:
+        grad = grad.to(weight.dtype)
+    if world_size(optimizer.group) > 1:
+        # key = rows pads the shorter ranks: an out-of-table key updates nothing
+        keys = gather_padded(keys, rows, optimizer.group)[0]
+        grad = gather_padded(grad, 0, optimizer.group)[0]
     lookups = keys.numel()
     if lookups == 0:
         return
-    rows, dim = weight.shape
-    grad = grad_out.reshape(lookups, dim)
-    if grad.dtype != weight.dtype:
-        grad = grad.to(weight.dtype)
     grad = grad.contiguous()
     if not use_triton(weight):
         touched = keys < rows

@@ -372,4 +372,4 @@ def geglu(
         y, _ = torch.ops.fusedmlp.geglu(x2d, weight, bias, act, not recompute)
     else:  # eager: the custom op's dispatch costs tens of microseconds of host time per call
         y = _GEGLUFunction.apply(x2d, weight, bias, act, not recompute)
-    return y.reshape(*x.shape[:-1], out)
+    return y if x.dim() == 2 else y.reshape(*x.shape[:-1], out)

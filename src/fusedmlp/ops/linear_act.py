@@ -373,4 +373,4 @@ def linear_act(
         y, _ = torch.ops.fusedmlp.linear_act(x2d, weight, bias, act, save_preact)
     else:
         y = _LinearActFunction.apply(x2d, weight, bias, act, save_preact)
-    return y.reshape(*x.shape[:-1], weight.shape[0])
+    return y if x.dim() == 2 else y.reshape(*x.shape[:-1], weight.shape[0])

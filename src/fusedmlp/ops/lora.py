@@ -312,4 +312,4 @@ def lora_linear(
                                            save_preact)[0]
     else:
         y = _LoRAFunction.apply(x2d, weight, bias, lora_a, lora_b, x_lora, scale, act, save_preact)
-    return y.reshape(*x.shape[:-1], weight.shape[0])
+    return y if x.dim() == 2 else y.reshape(*x.shape[:-1], weight.shape[0])

@@ -165,4 +165,4 @@ def swiglu(
         y, _ = torch.ops.fusedmlp.swiglu(x2d, w_gate, w_up, w_down, not recompute)
     else:
         y = _SwiGLUFunction.apply(x2d, w_gate, w_up, w_down, not recompute)
-    return y.reshape(*x.shape[:-1], w_down.shape[0])
+    return y if x.dim() == 2 else y.reshape(*x.shape[:-1], w_down.shape[0])

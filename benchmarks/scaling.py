@@ -1,0 +1,170 @@
+"""Multi-GPU scaling (issue: scale-out), one torchrun job per world size:
+
+    torchrun --nproc-per-node N benchmarks/scaling.py dlrm   --out DIR [--batch 65536] [--dtype bf16]
+    torchrun --nproc-per-node N benchmarks/scaling.py swiglu --out DIR [--tokens 16384] [--layers 4]
+
+dlrm    data-parallel training steps of the Kaggle-size DLRM (fusedmlp.dlrm.parallel) with
+        --batch rows per GPU: samples/s over all ranks = N x batch / median step time.
+        Impls: fused (the fused step, table update of all ranks' lookups in each backward),
+        fused_graph (that step captured in a CUDA graph, collectives included), eager_sparse.
+swiglu  a stack of --layers SwiGLU feed-forwards (d=4096, hidden=14336, bf16), forward +
+        backward on --tokens tokens per GPU; fused (fusedmlp.SwiGLU) and eager (the same
+        projections as nn.Linear + F.silu). With N = 1 the plain modules, with N > 1 each layer
+        and the stack under FSDP2 (fully_shard). tokens/s over all ranks.
+Every rank runs the same 30 timed steps (CUDA events, median); rank 0 writes DIR/scaling_{suite}_{N}gpu.json.
+
+    python benchmarks/scaling.py plot JSON... --out PNG     throughput against GPUs, one line per impl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fusedmlp.bench.harness import environment
+
+
+def _median_step_ms(step, iters: int = 30) -> float:
+    """Median of ``iters`` CUDA-event-timed steps after 3 warm-up steps. The same count on
+    every rank: each step holds collectives (an adaptive repeat count could differ between
+    ranks and hang them)."""
+    for _ in range(3):  # warm-up: compilation, autotuning, optimizer state, NCCL set-up
+        step()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for start, end in events:
+        start.record()
+        step()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in events)
+
+
+def dlrm_row(impl, args, parallel) -> dict:
+    from fusedmlp.bench.suites.dlrm import _inputs, _model
+    from fusedmlp.dlrm.train import DLRMOptimizer, GraphedTrainStep, train_step
+
+    dtype = getattr(torch, {"bf16": "bfloat16", "fp32": "float32"}[args.dtype])
+    global_batch = args.batch * parallel.world
+    torch.manual_seed(0)
+    model = _model(impl, dtype, device="cuda")
+    parallel.broadcast_model(model)
+    optimizer = DLRMOptimizer(model, "sgd", 0.01, group=parallel.group if parallel.world > 1 else None)
+    # the global batch on every rank (same seed): each rank trains on its share
+    tensors = _inputs(global_batch, model.config, dtype, device="cuda", seed=1)
+    index = torch.arange(global_batch, device="cuda")
+    if impl == "fused_graph":
+        graphed = GraphedTrainStep(model, model, optimizer, tensors, global_batch, parallel=parallel)
+        ms = _median_step_ms(lambda: graphed(index))
+    else:
+        ms = _median_step_ms(lambda: train_step(model, model, optimizer, parallel, tensors, index))
+    return {"suite": "dlrm", "impl": impl, "gpus": parallel.world, "batch_per_gpu": args.batch,
+            "dtype": args.dtype, "ms": ms, "samples_per_s": global_batch / (ms * 1e-3)}
+
+
+class EagerSwiGLU(nn.Module):
+    """The Hugging Face LlamaMLP computation in plain PyTorch (same parameter names)."""
+
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def swiglu_row(impl, args, parallel) -> dict:
+    import fusedmlp
+
+    torch.manual_seed(0)
+    layer = (lambda: fusedmlp.SwiGLU(args.dim, args.hidden)) if impl == "fused" else \
+        (lambda: EagerSwiGLU(args.dim, args.hidden))
+    model = nn.Sequential(*[layer() for _ in range(args.layers)]).to(device="cuda", dtype=torch.bfloat16)
+    if parallel.world > 1:
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model:
+            fully_shard(block)
+        fully_shard(model)
+    x = torch.randn(args.tokens // 2048, 2048, args.dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    ms = _median_step_ms(lambda: model(x).float().square().mean().backward())
+    return {"suite": "swiglu", "impl": impl, "gpus": parallel.world, "tokens_per_gpu": args.tokens,
+            "layers": args.layers, "dim": args.dim, "hidden": args.hidden, "fsdp2": parallel.world > 1,
+            "ms": ms, "tokens_per_s": args.tokens * parallel.world / (ms * 1e-3)}
+
+
+def plot(paths, out) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [row for path in paths for row in json.loads(Path(path).read_text())["rows"]]
+    suites = sorted({row["suite"] for row in rows})
+    fig, axes = plt.subplots(1, len(suites), figsize=(5 * len(suites), 4), squeeze=False)
+    for ax, suite in zip(axes[0], suites):
+        for impl in sorted({row["impl"] for row in rows if row["suite"] == suite}):
+            points = sorted((row["gpus"], row.get("samples_per_s", row.get("tokens_per_s")) / 1e6)
+                            for row in rows if row["suite"] == suite and row["impl"] == impl)
+            ax.plot(*zip(*points), marker="o", label=impl)
+            ax.plot([1, 2], [points[0][1], 2 * points[0][1]], ls=":", color="grey")
+        ax.set_xlabel("GPUs")
+        ax.set_ylabel("M samples/s" if suite == "dlrm" else "M tokens/s")
+        ax.set_title(f"{suite} (dotted: linear scaling)")
+        ax.set_xticks([1, 2])
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+
+
+def main():
+    from fusedmlp.dlrm.parallel import DataParallel
+
+    if sys.argv[1:2] == ["plot"]:
+        parser = argparse.ArgumentParser()
+        parser.add_argument("json", nargs="+")
+        parser.add_argument("--out", required=True)
+        args = parser.parse_args(sys.argv[2:])
+        return plot(args.json, args.out)
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("suite", choices=("dlrm", "swiglu"))
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--batch", type=int, default=65536)
+    parser.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16")
+    parser.add_argument("--tokens", type=int, default=16384)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--dim", type=int, default=4096)
+    parser.add_argument("--hidden", type=int, default=14336)
+    parser.add_argument("--impls", default=None)
+    args = parser.parse_args()
+    args.impls = args.impls or ("fused,fused_graph,eager_sparse" if args.suite == "dlrm" else "fused,eager")
+    parallel, device = DataParallel.from_environment("cuda")
+    if ":" in device:  # a torchrun rank: its own GPU
+        torch.cuda.set_device(torch.device(device))
+    rows = []
+    for impl in args.impls.split(","):
+        rows.append((dlrm_row if args.suite == "dlrm" else swiglu_row)(impl, args, parallel))
+        torch.cuda.empty_cache()
+    if parallel.is_main:
+        out = Path(args.out) / f"scaling_{args.suite}_{parallel.world}gpu.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"environment": environment(), "command": " ".join(sys.argv),
+                                   "world_size": parallel.world, "rows": rows}, indent=2))
+        for row in rows:
+            rate = row.get("samples_per_s", row.get("tokens_per_s"))
+            print(f"{row['suite']} {row['impl']:>12} gpus={row['gpus']} {row['ms']:.3f} ms  {rate / 1e6:.2f} M/s")
+    parallel.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""Data-parallel DLRM training: every rank holds a replica of the whole model and trains on its
+share of each global batch (``torchrun --nproc-per-node N -m fusedmlp.dlrm.train`` or
+``fusedmlp dlrm train --nproc N``).
+
+One global step: the global batch (``world x --batch-size`` rows of the epoch's permutation)
+is split into ``world`` contiguous, near-equal shares, one per rank. Each rank's loss is
+``sum of its rows' BCE / global rows``, so the ranks' losses add up to the global mean and
+gradients are summed, never averaged:
+    dense parameters    one all-reduce (sum) of all their gradients, flattened
+    fused tables        the embedding backward gathers every rank's lookups and gradients and
+                        each rank applies the same update (``SparseOptimizer.group``): the
+                        replicas stay identical without ever forming a table gradient
+    eager tables        dense gradients join the all-reduce; sparse ones are gathered and summed
+The result is the update of one process training on the global batch, up to the order of
+floating-point additions. Validation splits its rows the same way and gathers the predictions.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from .._distributed import gather_padded
+
+
+def launched_by_torchrun() -> bool:
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+class DataParallel:
+    """The rank's place in the process group and the collectives of a data-parallel step; with
+    one process (``world == 1``) every method is the single-process computation."""
+
+    def __init__(self, group=None):
+        initialised = dist.is_available() and dist.is_initialized()
+        self.group = (group or dist.group.WORLD) if initialised else None
+        self.world = dist.get_world_size(self.group) if initialised else 1
+        self.rank = dist.get_rank(self.group) if initialised else 0
+
+    @classmethod
+    def from_environment(cls, device_name: str) -> tuple["DataParallel", str]:
+        """Join the process group torchrun describes (NCCL on GPUs, gloo on CPUs) and pick this
+        rank's device; a single process when not launched by torchrun."""
+        if not launched_by_torchrun():
+            return cls(), device_name
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        cuda = device_name in ("auto", "cuda") and torch.cuda.is_available()
+        if device_name.startswith("cuda") and not torch.cuda.is_available():
+            raise SystemExit("--device cuda: no CUDA GPU here")
+        if cuda:
+            torch.cuda.set_device(local_rank)
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(minutes=30),
+                                    device_id=torch.device("cuda", local_rank) if cuda else None)
+        return cls(), (f"cuda:{local_rank}" if cuda else "cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def shard(self, rows: torch.Tensor) -> torch.Tensor:
+        """This rank's contiguous share of ``rows`` (shares differ by at most one row)."""
+        return rows if self.world == 1 else torch.tensor_split(rows, self.world)[self.rank]
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor, global_rows: int) -> torch.Tensor:
+        """The rank's part of the global mean BCE loss (the ranks' parts sum to it)."""
+        if self.world == 1:
+            return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction="sum") / global_rows
+
+    def total(self, value: torch.Tensor) -> torch.Tensor:
+        """Sum over ranks (a copy; e.g. the global loss from the ranks' parts)."""
+        value = value.detach().clone()
+        if self.world > 1:
+            dist.all_reduce(value, group=self.group)
+        return value
+
+    def broadcast_model(self, model: torch.nn.Module) -> None:
+        """Rank 0's parameters and buffers on every rank (replicas start identical)."""
+        if self.world == 1:
+            return
+        with torch.no_grad():
+            for tensor in list(model.parameters()) + list(model.buffers()):
+                dist.broadcast(tensor, 0, group=self.group)
+
+    def reduce_gradients(self, model: torch.nn.Module) -> None:
+        """Sum every gradient over the ranks (dense ones in one flat all-reduce)."""
+        if self.world == 1:
+            return
+        dense = [p.grad for p in model.parameters() if p.grad is not None and not p.grad.is_sparse]
+        if dense:
+            flat = torch.cat([g.reshape(-1) for g in dense])
+            dist.all_reduce(flat, group=self.group)
+            offset = 0
+            for g in dense:
+                g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                offset += g.numel()
+        for p in model.parameters():
+            if p.grad is not None and p.grad.is_sparse:
+                p.grad = self._sum_sparse(p.grad)
+
+    def _sum_sparse(self, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.coalesce()
+        rows = gather_padded(grad.indices()[0], 0, self.group)[0]
+        values = gather_padded(grad.values(), 0, self.group)[0]  # padding: row 0 + 0
+        return torch.sparse_coo_tensor(rows.unsqueeze(0), values, grad.shape).coalesce()
+
+    def gather_predictions(self, labels: torch.Tensor, probabilities: torch.Tensor):
+        """Every rank's (labels, probabilities), concatenated in rank order (1-D each)."""
+        if self.world == 1:
+            return labels, probabilities
+        pairs = torch.stack([labels.double(), probabilities.double()], dim=1)
+        pairs = gather_padded(pairs, -1.0, self.group)[0]
+        pairs = pairs[pairs[:, 0] >= 0]  # padding carries the label -1
+        return pairs[:, 0], pairs[:, 1]
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier(group=self.group)
+
+    def close(self) -> None:
+        if self.world > 1 and dist.is_initialized():
+            dist.destroy_process_group()
