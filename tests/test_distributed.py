@@ -55,12 +55,12 @@ def test_fused_modules_distributed_on_gpus(case):
 
 @pytest.fixture(scope="module")
 def small_data(tmp_path_factory):
-    """120 synthetic Criteo lines (108 train rows, 12 validation rows, both classes) and a small
+    """121 synthetic Criteo lines (109 train rows, 12 validation rows, both classes) and a small
     model config: the interpreter's scan in the embedding update is slow, so few lookups."""
     from fusedmlp.dlrm.data import synthesize, write_tsv
 
     folder = tmp_path_factory.mktemp("dlrm")
-    write_tsv(folder / "s.tsv", *synthesize(120, seed=5))
+    write_tsv(folder / "s.tsv", *synthesize(121, seed=5))
     (folder / "small.json").write_text(json.dumps(SMALL))
     return folder
 
@@ -85,9 +85,9 @@ def _assert_same_model(a_path, b_path, bound):
 
 @pytest.mark.parametrize("impl", ["eager", "eager_sparse", "fused"])
 def test_dlrm_two_ranks_equal_one_process(small_data, tmp_path, impl):
-    """2 ranks x 25 rows = one process on 50-row batches: 3 steps make the epoch (108 rows; the
-    3rd global batch is short: 4 rows per rank), same weights and validation metrics. The
-    eager run goes through `fusedmlp dlrm train --nproc 2`."""
+    """2 ranks x 25 rows = one process on 50-row batches: 3 steps make the epoch (109 rows; the
+    3rd global batch is short and uneven: 5 and 4 rows, so the exchanges pad), same weights and
+    validation metrics. The eager run goes through `fusedmlp dlrm train --nproc 2`."""
     flags = ["--impl", impl.split("_")[0]] + (["--sparse"] if impl == "eager_sparse" else [])
     two, one = tmp_path / "two.pt", tmp_path / "one.pt"
     metrics = tmp_path / "two.json"

@@ -424,8 +424,10 @@ def check_train_args(args) -> None:
         raise SystemExit("--val-fraction must be in [0, 1)")
     if args.nproc < 1:
         raise SystemExit("--nproc must be at least 1")
-    if args.nproc > 1 and args.device.startswith("cuda") and torch.cuda.device_count() < args.nproc:
-        raise SystemExit(f"--nproc {args.nproc}: only {torch.cuda.device_count()} CUDA GPUs here")
+    on_gpus = args.device.startswith("cuda") or (args.device == "auto" and torch.cuda.is_available())
+    if args.nproc > 1 and on_gpus and torch.cuda.device_count() < args.nproc:
+        raise SystemExit(f"--nproc {args.nproc}: one process per GPU, and there are only "
+                         f"{torch.cuda.device_count()} here (--device cpu runs gloo processes)")
 
 
 def spawn_ranks(nproc: int, train_argv: list[str]) -> int:
