@@ -14,24 +14,26 @@ def world_size(group=None) -> int:
     return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
 
 
-def gather_padded(tensor: torch.Tensor, pad_value, group=None) -> tuple[torch.Tensor, int]:
+def gather_padded(tensor: torch.Tensor, pad_value, group=None,
+                  longest: int | None = None) -> tuple[torch.Tensor, int]:
     """Every rank's ``tensor`` stacked along dim 0 in rank order, each padded with ``pad_value``
     to the longest: ``(out [world * longest, ...], longest)``.
 
-    The lengths are exchanged first (one small collective and a host sync), except while a
-    CUDA graph is being captured, where host syncs are not allowed: there every rank must pass
-    the same length (a captured step has a fixed batch).
+    The lengths are exchanged first (one small collective and a host sync) unless ``longest``
+    is given (the value a previous call returned for tensors of the same lengths), and except
+    while a CUDA graph is being captured, where host syncs are not allowed: there every rank
+    must pass the same length (a captured step has a fixed batch).
     """
     world = world_size(group)
     length = tensor.shape[0]
     if world == 1:
         return tensor, length
-    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+    if longest is None and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
         longest = length
-    else:
+    elif longest is None:
         lengths = torch.zeros(world, dtype=torch.int64, device=tensor.device)
         _all_gather(lengths, torch.tensor([length], dtype=torch.int64, device=tensor.device),
-                                    group=group)
+                    group=group)
         longest = int(lengths.max())
     if longest > length:
         pad = tensor.new_full((longest - length,) + tuple(tensor.shape[1:]), pad_value)

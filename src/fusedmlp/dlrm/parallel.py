@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from .._distributed import gather_padded
+from .._distributed import gather_padded, world_size
 
 
 def launched_by_torchrun() -> bool:
@@ -38,7 +38,7 @@ class DataParallel:
     def __init__(self, group=None):
         initialised = dist.is_available() and dist.is_initialized()
         self.group = (group or dist.group.WORLD) if initialised else None
-        self.world = dist.get_world_size(self.group) if initialised else 1
+        self.world = world_size(self.group)
         self.rank = dist.get_rank(self.group) if initialised else 0
 
     @classmethod
@@ -105,8 +105,8 @@ class DataParallel:
 
     def _sum_sparse(self, grad: torch.Tensor) -> torch.Tensor:
         grad = grad.coalesce()
-        rows = gather_padded(grad.indices()[0], 0, self.group)[0]
-        values = gather_padded(grad.values(), 0, self.group)[0]  # padding: row 0 + 0
+        rows, longest = gather_padded(grad.indices()[0], 0, self.group)
+        values = gather_padded(grad.values(), 0, self.group, longest)[0]  # padding: row 0 + 0
         return torch.sparse_coo_tensor(rows.unsqueeze(0), values, grad.shape).coalesce()
 
     def gather_predictions(self, labels: torch.Tensor, probabilities: torch.Tensor):

@@ -145,8 +145,8 @@ def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer) -> None:
         grad = grad.to(weight.dtype)
     if world_size(optimizer.group) > 1:
         # key = rows pads the shorter ranks: an out-of-table key updates nothing
-        keys = gather_padded(keys, rows, optimizer.group)[0]
-        grad = gather_padded(grad, 0, optimizer.group)[0]
+        keys, longest = gather_padded(keys, rows, optimizer.group)
+        grad = gather_padded(grad, 0, optimizer.group, longest)[0]
     lookups = keys.numel()
     if lookups == 0:
         return
