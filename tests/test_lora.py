@@ -6,6 +6,7 @@ from helpers import assert_close, check_against_float64, rel_err
 from torch import nn
 
 import fusedmlp
+from fusedmlp.kernels.configs import LORA_CONFIGS
 from fusedmlp.ops.activations import activation_reference, check_activation
 from fusedmlp.ops.lora import lora_linear_reference
 
@@ -345,3 +346,34 @@ def test_bf16_at_scale(activation, r, tokens, d):
     """bf16 at LLM widths (the tensor-descriptor kernel on Hopper) against float64 on the GPU."""
     tensors, g = make_inputs((tokens,), d, d, r, "cuda")
     run_check(tensors, g, torch.bfloat16, activation, scale=2.0, what="at scale")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tma", [False, True], ids=["pointer", "tma"])
+@pytest.mark.parametrize("index", range(len(LORA_CONFIGS)))
+def test_every_config_on_gpu(monkeypatch, tma, index):
+    """Every tile config of both forward kernels, not only the one the tuner picks: the rank-r
+    product is a second dot fed by the first one's accumulator, the pattern Triton 3.6 compiled
+    wrong in some whole-MLP tiles on Hopper (kernels/configs.py). A config whose tiles do not fit
+    shared memory at a rank is skipped there, as the tuner drops it."""
+    import triton
+
+    import fusedmlp.ops.lora as ops
+
+    if tma and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("the TMA path is for Hopper")
+    if not tma:
+        monkeypatch.setattr(ops, "tma_eligible", lambda *tensors: False)
+    monkeypatch.setattr(ops, "IN_LOOP_MAX_MACS", 10**12)  # x @ A.T in the main loop at every rank here
+    monkeypatch.setattr(ops, "IN_LOOP_MAX_RANK", 64)
+    launcher = ops._fwd_tma_launcher if tma else ops._fwd_launcher
+    ran = 0
+    with launcher.forcing(launcher.configs[index]):
+        for r in (8, 16, 64):
+            tensors, g = make_inputs((300,), 256, 384, r, "cuda")
+            try:
+                run_check(tensors, g, torch.bfloat16, "relu", what=f"config {index} r={r}")
+                ran += 1
+            except triton.runtime.errors.OutOfResources:
+                assert r > 8, "every config fits the smallest rank"
+    assert ran

@@ -331,14 +331,23 @@ def test_dlrm_mlps_on_gpu(sizes, dtype, batch):
     check_stack(sizes, "cuda", dtype, "relu", last, batch=(batch,), recompute=True, g_offset=0.5, fp32_bound=1e-3)
 
 
+# Stacks on which Triton 3.6 compiled the chained dots wrong with wgmma tiles on an H200
+# (kernels/configs.py), and the DLRM stacks.
+CONFIG_STACKS = [[13, 40, 24, 8], [16, 128, 31], [300, 8, 200, 256], [13, 64, 32, 24, 8], [16, 200, 256, 13, 100],
+                 [24, 64, 512, 40, 64, 16], [40, 64, 13, 24, 13], DLRM_BOTTOM, DLRM_TOP]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("batch", [6, 37, 2048])
-def test_narrow_full_stack_16bit_on_gpu(dtype, batch):
-    """13-40-24-8 (every layer "full", the default FULL_MAX): on an H200 the kernel's dx of
-    this stack in 16 bits was 75-89% off while d_0, dW and db were right (found under FSDP2
-    mixed precision); dx now goes to cuBLAS for 16-bit GPU stacks."""
-    check_stack([13, 40, 24, 8], "cuda", dtype, "relu", "sigmoid", batch=(batch,), g_offset=1.0)
+@pytest.mark.parametrize("index", range(max(len(mlp_ops._fwd_launcher.configs), len(mlp_ops._dgrad_launcher.configs))))
+def test_every_config_on_gpu(index):
+    """Every tile config of the forward and of the dgrad kernel (the i-th of each, or its last),
+    not only the one the tuner picks, on stacks of every role, in fp16 with a tail row block."""
+    fwd = mlp_ops._fwd_launcher.configs
+    dgrad = mlp_ops._dgrad_launcher.configs
+    with mlp_ops._fwd_launcher.forcing(fwd[min(index, len(fwd) - 1)]), \
+            mlp_ops._dgrad_launcher.forcing(dgrad[min(index, len(dgrad) - 1)]):
+        for sizes in CONFIG_STACKS:
+            check_stack(sizes, "cuda", torch.float16, "relu", "sigmoid", batch=(300,), g_offset=1.0)
 
 
 @pytest.mark.gpu

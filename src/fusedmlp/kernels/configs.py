@@ -9,6 +9,7 @@ BLOCK_M of kernels that write per-row-block partial results is fixed (not tuned)
 sizes the partial buffer from it before launch.
 """
 
+import contextlib
 import os
 
 import triton
@@ -75,15 +76,33 @@ _LINEAR_DPRE_TILES = [
     ({"BLOCK_N": 256, "GROUP_M": 8}, 8, 1),
 ]
 
-# Whole-MLP kernels (kernels/mlp.py), forward and dgrad: a program carries BLOCK_M rows through
-# every layer, so BLOCK_M trades occupancy (small batches want many programs) against weight
-# traffic (each program reads every weight from L2). The first runs without autotuning.
-_MLP_TILES = [
+# Whole-MLP kernels (kernels/mlp.py): a program carries BLOCK_M rows through every layer, so
+# BLOCK_M trades occupancy (small batches want many programs) against weight traffic (each
+# program reads every weight from L2). The first runs without autotuning.
+#
+# BLOCK_M >= 64 with 4 or more warps lowers the chained dots to Hopper's wgmma, and Triton 3.6
+# compiles some chains wrong there (H200, 16-bit, 49 stacks of depth 1-5 tried; each config
+# launched directly; the local error of every step against float64):
+# - dgrad, 64 rows on 4 warps: d or dx 70-140% off on 11 stacks (13-40-24-8, 16-128-31,
+#   300-8-200-256, ...), an illegal memory access on one more; 128 rows on 8 warps alike.
+# - forward, 64 rows on 8 warps: wrong on 3 stacks (13-64-32-24-8, ...).
+# - 64 rows on 4 warps and 128 on 8 right in the forward on every stack; 16 or 32 rows (or 2
+#   warps: mma.sync) right everywhere, and the interpreter right everywhere.
+# So the forward keeps those two wgmma configs (64 rows on 4 warps is the fastest: DLRM's
+# bottom MLP at 65536 rows 73 us, against 117 us for the best mma.sync tile), and the dgrad
+# runs mma.sync tiles only (149 us against 125 us there). tests/test_mlp.py runs every config
+# on the stacks above (test_every_config_on_gpu).
+_MLP_FWD_TILES = [
     ({"BLOCK_M": 64}, 4, 2),
     ({"BLOCK_M": 32}, 4, 2),
     ({"BLOCK_M": 16}, 4, 2),
-    ({"BLOCK_M": 64}, 8, 2),
     ({"BLOCK_M": 128}, 8, 2),
+]
+_MLP_DGRAD_TILES = [
+    ({"BLOCK_M": 32}, 2, 2),
+    ({"BLOCK_M": 32}, 4, 2),
+    ({"BLOCK_M": 16}, 2, 2),
+    ({"BLOCK_M": 16}, 4, 2),
 ]
 
 # Block shape of each tensor-descriptor argument, by argument name, as meta-parameter names.
@@ -123,7 +142,8 @@ LORA_TMA_CONFIGS = _configs(_LORA_TILES, tma=True)
 LINEAR_DGRAD_CONFIGS = _configs(_LINEAR_DGRAD_TILES)
 LINEAR_DGRAD_TMA_CONFIGS = _configs(_LINEAR_DGRAD_TILES, tma=True)
 LINEAR_DPRE_CONFIGS = _configs(_LINEAR_DPRE_TILES)
-MLP_CONFIGS = _configs(_MLP_TILES)
+MLP_FWD_CONFIGS = _configs(_MLP_FWD_TILES)
+MLP_DGRAD_CONFIGS = _configs(_MLP_DGRAD_TILES)
 # fp64 on GPU: no tensor cores and 8-byte elements; small tiles keep it out of local memory.
 FP64_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
 # The interpreter's cost is per program: larger tiles, one config.
@@ -143,6 +163,8 @@ class Launcher:
 
     def __init__(self, kernel, configs, key, fixed=None):
         self.kernel = kernel
+        self.configs = list(configs)
+        self._forced = None
         self.params = set(kernel.arg_names)
         self.fixed = dict(fixed or {})
         self.key = tuple(key)
@@ -164,9 +186,21 @@ class Launcher:
         config = self.tuned.best_config
         return compiled, dict(config.all_kwargs(), **self.fixed)
 
+    @contextlib.contextmanager
+    def forcing(self, config):
+        """Inside the block, GPU launches run ``config`` (one of ``self.configs``), untuned and
+        uncached: the GPU tests check every config this way, not only the one the tuner picks."""
+        self._forced = dict(config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
+        try:
+            yield
+        finally:
+            self._forced = None
+
     def launch(self, grid, *args, fp64=False, **kwargs):
         if INTERPRET:
             return self._run_fixed(grid, args, kwargs, INTERPRET_CONFIG)[0]
+        if self._forced is not None and not fp64:
+            return self._run_fixed(grid, args, kwargs, self._forced)[0]
         if fp64:
             run = lambda: self._run_fixed(grid, args, kwargs, FP64_CONFIG)  # noqa: E731
         elif self.tuned is None:

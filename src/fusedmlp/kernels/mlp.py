@@ -44,6 +44,8 @@ masked to zero there.
   gradients. dx is formed in the same walk when the input is narrow; a wide input (367) would
   need a ``BLOCK_M x 512`` accumulator, so there the host forms ``dx = d_0 @ W_0`` on cuBLAS
   after the kernel (one more launch, only for inputs wider than FULL_MAX).
+  Its tiles are 16 or 32 rows (mma.sync): Hopper's wgmma tiles compiled wrong here with
+  Triton 3.6 (kernels/configs.py).
 - ``mlp_wgrad_kernel``: every ``dW_i`` (and ``db_i``) in one launch: a grouped GEMM over the
   layers, each tile ``[BLOCK_N, BLOCK_K]`` of one ``dW_i`` summing over a fixed slice of the
   rows (``grid[1]`` slices, so that a few small matrices still fill the GPU when M is large).

@@ -45,7 +45,7 @@ from typing import Optional, Sequence
 import torch
 import triton
 
-from ..kernels.configs import INTERPRET, MLP_CONFIGS, Launcher
+from ..kernels.configs import INTERPRET, MLP_DGRAD_CONFIGS, MLP_FWD_CONFIGS, Launcher
 from ..kernels.launch import launch
 from ..kernels.mlp import mlp_dgrad_kernel, mlp_fwd_kernel, mlp_reduce_kernel, mlp_wgrad_kernel
 from ._common import (
@@ -75,8 +75,8 @@ _REDUCE_BLOCK = 1024
 CUBLAS_WGRAD_MIN_ROWS = 16384
 
 _KEY = ["M_KEY", "WIDTHS", "ROLES", "ACTS"]
-_fwd_launcher = Launcher(mlp_fwd_kernel, MLP_CONFIGS, key=_KEY + ["HAS_BIAS", "SAVE"])
-_dgrad_launcher = Launcher(mlp_dgrad_kernel, MLP_CONFIGS, key=_KEY + ["FROM_OUTPUT", "NEEDS_DX"])
+_fwd_launcher = Launcher(mlp_fwd_kernel, MLP_FWD_CONFIGS, key=_KEY + ["HAS_BIAS", "SAVE"])
+_dgrad_launcher = Launcher(mlp_dgrad_kernel, MLP_DGRAD_CONFIGS, key=_KEY + ["FROM_OUTPUT", "NEEDS_DX"])
 
 
 @dataclass(frozen=True)
@@ -203,17 +203,13 @@ def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool):
     act_in = list(saved[:-1]) + [y if plan.from_output[-1] else saved[-1]]
     act_in = [t if t.numel() else g for t in act_in]  # an identity last layer reads nothing
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]),)  # noqa: E731
-    # 16-bit on a GPU, the kernel's dx of a "full" first layer was measured wrong (H200, Triton
-    # 3.6: sizes 13-40-24-8, dx off by 75-89% while d_0 and every dW, db were right): until that
-    # is understood, dx = d_0 @ W_0 goes to cuBLAS there, as it does for wide inputs
-    dx_in_kernel = plan.dx_direct and not (g.is_cuda and g.dtype in (torch.float16, torch.bfloat16))
     _dgrad_launcher.launch(
         grid, g, tuple(weights), tuple(act_in), tuple(d), dx if needs_dx else g,
         M=m, M_KEY=autotune_m_key(m), WIDTHS=plan.widths, PADS=plan.pads, ROLES=plan.roles, ACTS=plan.acts,
-        FROM_OUTPUT=plan.from_output, NEEDS_DX=needs_dx and dx_in_kernel,
+        FROM_OUTPUT=plan.from_output, NEEDS_DX=needs_dx and plan.dx_direct,
         BLOCK_C=BLOCK_C, **dot_meta(g.dtype), fp64=g.dtype == torch.float64,
     )
-    if needs_dx and not dx_in_kernel:  # dx = d_0 @ W_0 on cuBLAS (kernels/mlp.py says why for wide inputs)
+    if needs_dx and not plan.dx_direct:  # dx = d_0 @ W_0 on cuBLAS (kernels/mlp.py says why)
         _mm_into(d[0], weights[0], dx)
     if (g.is_cuda and not plan.dx_direct and m >= CUBLAS_WGRAD_MIN_ROWS
             and all(a == "identity" for a in plan.a_acts)):
