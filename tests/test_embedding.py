@@ -87,6 +87,28 @@ def test_indices_outside_their_table():
     assert changed == [1, 4, 6, 9]  # the valid lookups' rows only
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_sums_per_row_for_the_exchange(dtype):
+    """The per-rank (row, sum) lists the data-parallel backward exchanges: one entry per distinct
+    key (the out-of-table key included), sums against float64, the tail padded with that key;
+    runs of a hot row cross the update kernel's 128-lookup blocks."""
+    rows, dim, lookups = 50, 5, 700
+    keys = torch.randint(0, 12, (lookups,), device=DEVICE)
+    keys[::9] = rows  # lookups outside their table
+    keys[:300] = 3  # a hot row
+    keys = keys.to(torch.int32)
+    grad = torch.randn(lookups, dim, device=DEVICE).to(dtype)
+    bound = 20
+    out_keys, sums = embedding_ops._sums_per_row(grad, keys, rows, bound)
+    distinct = torch.unique(keys)
+    assert out_keys.shape == (bound,) and sums.shape == (bound, dim) and sums.dtype == torch.float32
+    assert sorted(out_keys[:len(distinct)].tolist()) == distinct.tolist()
+    assert (out_keys[len(distinct):] == rows).all() and (sums[len(distinct):] == 0).all()
+    want = torch.zeros(rows + 1, dim, dtype=torch.float64, device=DEVICE).index_add_(0, keys.long(), grad.double())
+    got = torch.zeros_like(want).index_add_(0, out_keys.long(), sums.double())
+    assert rel_err(got, want) < 1e-6
+
+
 def test_frozen_and_no_grad_lookups_are_plain_gathers():
     offsets, indices = _offsets((5, 7)), _indices(9, (5, 7))
     weight = torch.randn(12, 4, device=DEVICE, requires_grad=True)

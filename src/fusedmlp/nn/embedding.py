@@ -68,7 +68,7 @@ class TableBatchedEmbedding(nn.Module):
                                                        requires_grad=False)
         else:
             self.optimizer_state = None
-        self.optimizer = SparseOptimizer(optimizer, lr, eps, self.optimizer_state, group)
+        self.optimizer = SparseOptimizer(optimizer, lr, eps, self.optimizer_state, group, self.num_embeddings)
         self.optimizer.check(self.weight)
 
     def _apply(self, fn, *args, **kwargs):

@@ -45,9 +45,13 @@ class SparseOptimizer:
         like torch.optim.Adagrad without lr decay or weight decay).
     state: Adagrad's sum of squares, a tensor shaped like the weight (updated in place).
     group: a ``torch.distributed`` process group (or ``dist.group.WORLD``) for data-parallel
-        training with replicated tables: the backward gathers every rank's lookups and
-        gradients and each rank applies the update of their sum, in rank order, so the
-        replicas stay identical (scale each rank's loss so that the sum is the global loss).
+        training with replicated tables: each rank sums its lookups' gradients per row, the
+        ranks gather each other's (row, sum) lists, and each rank applies the update of their
+        total, in rank order, so the replicas stay identical (scale each rank's loss so that
+        the sum is the global loss).
+    table_rows: the row count of each table (host ints), optional: with ``group`` it bounds
+        the rows one batch can touch (the sum over tables of min(batch, rows)), which is the
+        length of the exchanged lists; without it the bound is the number of lookups.
     """
 
     kind: str
@@ -55,6 +59,7 @@ class SparseOptimizer:
     eps: float = 1e-10
     state: torch.Tensor | None = None
     group: object = None
+    table_rows: tuple | None = None
     _hyper: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def hyper(self, dtype: torch.dtype, device) -> torch.Tensor:
@@ -138,13 +143,65 @@ def _gather(weight, table_offsets, indices, want_keys: bool):
     return out, keys
 
 
+def _segment_launches(sorted_keys, order, grad, weight, state, rows, hyper, kind: str) -> None:
+    """Steps 2 and 3 of the backward (kernels/embedding.py) on sorted keys and their lookups'
+    gradient rows (``order``: the sort's permutation into ``grad``)."""
+    lookups, dim = grad.shape
+    d_pad = _pad(dim)
+    blocks = triton.cdiv(lookups, _BLOCK_P)
+    acc_tl, acc_torch = acc_dtypes(weight.dtype)
+    tail = torch.empty((blocks, d_pad), dtype=acc_torch, device=weight.device)
+    head = torch.empty_like(tail)
+    last_key = torch.empty(blocks, dtype=torch.int64, device=weight.device)
+    common = (rows, hyper, weight.stride(0), state.stride(0))
+    meta = dict(D=dim, D_PAD=d_pad, BLOCK_P=_BLOCK_P, OPTIMIZER=_KINDS[kind], ACC_DTYPE=acc_tl, num_warps=4)
+    launch(embedding_segment_update_kernel, (blocks,), sorted_keys, order, grad, weight, state, tail, head, last_key,
+           lookups, *common, **meta)
+    launch(embedding_carried_update_kernel, (blocks,), sorted_keys, tail, head, last_key, weight, state,
+           lookups, *common, W_BLOCKS=_W_BLOCKS, **meta)
+
+
+def _row_bound(lookups: int, batch: int, optimizer: SparseOptimizer) -> int:
+    """Most distinct keys ``lookups`` lookups of ``batch`` rows can hold, plus one for the
+    out-of-table key: a fixed length for the exchanged lists (a captured step has fixed shapes)."""
+    if optimizer.table_rows is None:
+        return lookups + 1
+    return min(lookups, sum(min(batch, rows) for rows in optimizer.table_rows)) + 1
+
+
+def _sums_per_row(grad, keys, rows: int, bound: int):
+    """This rank's gradients summed per key: ``(keys [bound], sums [bound, D])``, the sums in
+    the accumulation dtype, the unused tail padded with the out-of-table key ``rows``. On the
+    GPU path the update kernels do the summing, deterministically: SGD with lr = -1 into a zero
+    buffer, each lookup's key replaced by its run number in the sorted keys."""
+    acc_torch = acc_dtypes(grad.dtype)[1]
+    out_keys = keys.new_full((bound,), rows)
+    sums = grad.new_zeros((bound, grad.shape[1]), dtype=acc_torch)
+    if not use_triton(grad):
+        distinct, inverse = torch.unique(keys, return_inverse=True)
+        out_keys[:len(distinct)] = distinct
+        sums.index_add_(0, inverse, grad.to(acc_torch))
+        return out_keys, sums
+    sorted_keys, order = torch.sort(keys, stable=True)
+    starts = torch.ones_like(sorted_keys, dtype=torch.bool)
+    starts[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    run = torch.cumsum(starts, 0, dtype=torch.int32) - 1  # sorted as the keys are, one run per key
+    out_keys.scatter_(0, run.long(), sorted_keys)
+    minus_one = torch.tensor([-1.0, 0.0], dtype=acc_torch, device=grad.device)
+    _segment_launches(run, order, grad, sums, sums, bound, minus_one, "sgd")
+    return out_keys, sums
+
+
 def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer) -> None:
     rows, dim = weight.shape
     grad = grad_out.reshape(keys.numel(), dim)
     if grad.dtype != weight.dtype:
         grad = grad.to(weight.dtype)
     if world_size(optimizer.group) > 1:
-        # key = rows pads the shorter ranks: an out-of-table key updates nothing
+        # each rank sends one (row, sum) per distinct key, not one per lookup (a third as much
+        # at DLRM's Kaggle table sizes and 65536 rows per rank); the out-of-table key pads
+        batch = grad_out.shape[0] if grad_out.dim() == 3 else keys.numel()
+        keys, grad = _sums_per_row(grad, keys, rows, _row_bound(keys.numel(), batch, optimizer))
         keys, longest = gather_padded(keys, rows, optimizer.group)
         grad = gather_padded(grad, 0, optimizer.group, longest)[0]
     lookups = keys.numel()
@@ -158,19 +215,10 @@ def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer) -> None:
         _apply_rows(weight, rows_hit, summed.index_add_(0, inverse, grad[touched].to(summed.dtype)), optimizer)
         return
     sorted_keys, order = torch.sort(keys, stable=True)  # stable: a fixed order of additions
-    d_pad = _pad(dim)
-    blocks = triton.cdiv(lookups, _BLOCK_P)
-    acc_tl, acc_torch = acc_dtypes(weight.dtype)
-    tail = torch.empty((blocks, d_pad), dtype=acc_torch, device=weight.device)
-    head = torch.empty_like(tail)
-    last_key = torch.empty(blocks, dtype=torch.int64, device=weight.device)
+    acc_torch = acc_dtypes(weight.dtype)[1]
     state = optimizer.state if optimizer.kind == "adagrad" else weight
-    common = (rows, optimizer.hyper(acc_torch, weight.device), weight.stride(0), state.stride(0))
-    meta = dict(D=dim, D_PAD=d_pad, BLOCK_P=_BLOCK_P, OPTIMIZER=_KINDS[optimizer.kind], ACC_DTYPE=acc_tl, num_warps=4)
-    launch(embedding_segment_update_kernel, (blocks,), sorted_keys, order, grad, weight, state, tail, head, last_key,
-           lookups, *common, **meta)
-    launch(embedding_carried_update_kernel, (blocks,), sorted_keys, tail, head, last_key, weight, state,
-           lookups, *common, W_BLOCKS=_W_BLOCKS, **meta)
+    _segment_launches(sorted_keys, order, grad, weight, state, rows, optimizer.hyper(acc_torch, weight.device),
+                      optimizer.kind)
 
 
 class _LookupFunction(torch.autograd.Function):
