@@ -11,7 +11,8 @@ swiglu  a stack of --layers SwiGLU feed-forwards (d=4096, hidden=14336, bf16), f
         backward on --tokens tokens per GPU; fused (fusedmlp.SwiGLU) and eager (the same
         projections as nn.Linear + F.silu). With N = 1 the plain modules, with N > 1 each layer
         and the stack under FSDP2 (fully_shard). tokens/s over all ranks.
-Every rank runs the same 30 timed steps (CUDA events, median); rank 0 writes DIR/scaling_{suite}_{N}gpu.json.
+Every rank runs the same 30 timed steps (CUDA events, median); rank 0 writes DIR/scaling_{suite}_{N}gpu.json
+(and with --profile DIR/scaling_dlrm_profile_{impl}_{N}gpu.txt: GPU time per kernel).
 
     python benchmarks/scaling.py plot JSON... --out PNG     throughput against GPUs, one line per impl
 """
@@ -47,6 +48,21 @@ def _median_step_ms(step, iters: int = 30) -> float:
     return statistics.median(start.elapsed_time(end) for start, end in events)
 
 
+def _profile(step, parallel, path: Path, steps: int = 5) -> None:
+    """GPU time per kernel over ``steps`` more steps (every rank runs them: they hold
+    collectives); rank 0 writes the profiler's table, heaviest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    if parallel.is_main:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{steps} steps, rank 0 of {parallel.world}\n"
+                        + prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
+
+
 def dlrm_row(impl, args, parallel) -> dict:
     from fusedmlp.bench.suites.dlrm import _inputs, _model
     from fusedmlp.dlrm.train import DLRMOptimizer, GraphedTrainStep, train_step
@@ -62,9 +78,12 @@ def dlrm_row(impl, args, parallel) -> dict:
     index = torch.arange(global_batch, device="cuda")
     if impl == "fused_graph":
         graphed = GraphedTrainStep(model, model, optimizer, tensors, global_batch, parallel=parallel)
-        ms = _median_step_ms(lambda: graphed(index))
+        step = lambda: graphed(index)  # noqa: E731
     else:
-        ms = _median_step_ms(lambda: train_step(model, model, optimizer, parallel, tensors, index))
+        step = lambda: train_step(model, model, optimizer, parallel, tensors, index)  # noqa: E731
+    ms = _median_step_ms(step)
+    if args.profile and impl != "fused_graph":
+        _profile(step, parallel, Path(args.out) / f"scaling_dlrm_profile_{impl}_{parallel.world}gpu.txt")
     return {"suite": "dlrm", "impl": impl, "gpus": parallel.world, "batch_per_gpu": args.batch,
             "dtype": args.dtype, "ms": ms, "samples_per_s": global_batch / (ms * 1e-3)}
 
@@ -146,6 +165,8 @@ def main():
     parser.add_argument("--dim", type=int, default=4096)
     parser.add_argument("--hidden", type=int, default=14336)
     parser.add_argument("--impls", default=None)
+    parser.add_argument("--profile", action="store_true",
+                        help="dlrm: also write the GPU time per kernel of 5 steps of each impl but fused_graph")
     args = parser.parse_args()
     args.impls = args.impls or ("fused,fused_graph,eager_sparse" if args.suite == "dlrm" else "fused,eager")
     parallel, device = DataParallel.from_environment("cuda")

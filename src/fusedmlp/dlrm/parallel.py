@@ -7,9 +7,10 @@ is split into ``world`` contiguous, near-equal shares, one per rank. Each rank's
 ``sum of its rows' BCE / global rows``, so the ranks' losses add up to the global mean and
 gradients are summed, never averaged:
     dense parameters    one all-reduce (sum) of all their gradients, flattened
-    fused tables        the embedding backward gathers every rank's lookups and gradients and
-                        each rank applies the same update (``SparseOptimizer.group``): the
-                        replicas stay identical without ever forming a table gradient
+    fused tables        the embedding backward sums each rank's gradients per row, gathers
+                        every rank's (row, sum) lists and each rank applies the same update
+                        (``SparseOptimizer.group``): the replicas stay identical without ever
+                        forming a table gradient
     eager tables        dense gradients join the all-reduce; sparse ones are gathered and summed
 The result is the update of one process training on the global batch, up to the order of
 floating-point additions. Validation splits its rows the same way and gathers the predictions.

@@ -187,7 +187,7 @@ def _sums_per_row(grad, keys, rows: int, bound: int):
     starts[1:] = sorted_keys[1:] != sorted_keys[:-1]
     run = torch.cumsum(starts, 0, dtype=torch.int32) - 1  # sorted as the keys are, one run per key
     out_keys.scatter_(0, run.long(), sorted_keys)
-    minus_one = torch.tensor([-1.0, 0.0], dtype=acc_torch, device=grad.device)
+    minus_one = grad.new_full((2,), -1.0, dtype=acc_torch)  # [lr, eps]; a fill, no host copy (graph capture)
     _segment_launches(run, order, grad, sums, sums, bound, minus_one, "sgd")
     return out_keys, sums
 
@@ -202,6 +202,9 @@ def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer) -> None:
         # at DLRM's Kaggle table sizes and 65536 rows per rank); the out-of-table key pads
         batch = grad_out.shape[0] if grad_out.dim() == 3 else keys.numel()
         keys, grad = _sums_per_row(grad, keys, rows, _row_bound(keys.numel(), batch, optimizer))
+        # sent in the table's dtype: for bf16 tables half the bytes of the fp32 sums, at the cost
+        # of one rounding of each rank's sum (eager PyTorch sums bf16 sparse gradients in bf16)
+        grad = grad.to(weight.dtype)
         keys, longest = gather_padded(keys, rows, optimizer.group)
         grad = gather_padded(grad, 0, optimizer.group, longest)[0]
     lookups = keys.numel()
