@@ -182,6 +182,8 @@ def _sums_per_row(grad, keys, rows: int, bound: int):
         out_keys[:len(distinct)] = distinct
         sums.index_add_(0, inverse, grad.to(acc_torch))
         return out_keys, sums
+    if keys.numel() == 0:  # a rank without rows in this step (a short last batch)
+        return out_keys, sums
     sorted_keys, order = torch.sort(keys, stable=True)
     starts = torch.ones_like(sorted_keys, dtype=torch.bool)
     starts[1:] = sorted_keys[1:] != sorted_keys[:-1]
