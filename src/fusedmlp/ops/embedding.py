@@ -195,6 +195,7 @@ def _sums_per_row(grad, keys, rows: int, bound: int):
 
 
 def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer) -> None:
+    """The optimizer step of the lookups ``keys`` [B * T] with gradients ``grad_out`` [B, T, D]."""
     rows, dim = weight.shape
     grad = grad_out.reshape(keys.numel(), dim)
     if grad.dtype != weight.dtype:
@@ -202,8 +203,7 @@ def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer) -> None:
     if world_size(optimizer.group) > 1:
         # each rank sends one (row, sum) per distinct key, not one per lookup (a third as much
         # at DLRM's Kaggle table sizes and 65536 rows per rank); the out-of-table key pads
-        batch = grad_out.shape[0] if grad_out.dim() == 3 else keys.numel()
-        keys, grad = _sums_per_row(grad, keys, rows, _row_bound(keys.numel(), batch, optimizer))
+        keys, grad = _sums_per_row(grad, keys, rows, _row_bound(keys.numel(), grad_out.shape[0], optimizer))
         # sent in the table's dtype: for bf16 tables half the bytes of the fp32 sums, at the cost
         # of one rounding of each rank's sum (eager PyTorch sums bf16 sparse gradients in bf16)
         grad = grad.to(weight.dtype)
