@@ -5,8 +5,11 @@
 
 dlrm    data-parallel training steps of the Kaggle-size DLRM (fusedmlp.dlrm.parallel) with
         --batch rows per GPU: samples/s over all ranks = N x batch / median step time.
-        Impls: fused (the fused step, table update of all ranks' lookups in each backward),
-        fused_graph (that step captured in a CUDA graph, collectives included), eager_sparse.
+        Impls: fused (the fused step: each backward exchanges the ranks' per-row table
+        gradient sums and updates the tables on a side stream, alongside the dense backward),
+        fused_graph (that step captured in a CUDA graph, collectives included), eager_sparse;
+        fused_serial and fused_graph_serial run the table exchange and update on the main
+        stream instead (DLRMOptimizer(overlap_tables=False)).
 swiglu  a stack of --layers SwiGLU feed-forwards (d=4096, hidden=14336, bf16), forward +
         backward on --tokens tokens per GPU; fused (fusedmlp.SwiGLU) and eager (the same
         projections as nn.Linear + F.silu). With N = 1 the plain modules, with N > 1 each layer
@@ -70,19 +73,22 @@ def dlrm_row(impl, args, parallel) -> dict:
     dtype = getattr(torch, {"bf16": "bfloat16", "fp32": "float32"}[args.dtype])
     global_batch = args.batch * parallel.world
     torch.manual_seed(0)
-    model = _model(impl, dtype, device="cuda")
+    serial = impl.endswith("_serial")  # the table update on the main stream, not overlapped
+    base = impl.removesuffix("_serial")
+    model = _model(base, dtype, device="cuda")
     parallel.broadcast_model(model)
-    optimizer = DLRMOptimizer(model, "sgd", 0.01, group=parallel.group if parallel.world > 1 else None)
+    optimizer = DLRMOptimizer(model, "sgd", 0.01, group=parallel.group if parallel.world > 1 else None,
+                              overlap_tables=False if serial else None)
     # the global batch on every rank (same seed): each rank trains on its share
     tensors = _inputs(global_batch, model.config, dtype, device="cuda", seed=1)
     index = torch.arange(global_batch, device="cuda")
-    if impl == "fused_graph":
+    if base == "fused_graph":
         graphed = GraphedTrainStep(model, model, optimizer, tensors, global_batch, parallel=parallel)
         step = lambda: graphed(index)  # noqa: E731
     else:
         step = lambda: train_step(model, model, optimizer, parallel, tensors, index)  # noqa: E731
     ms = _median_step_ms(step)
-    if args.profile and impl != "fused_graph":
+    if args.profile and base != "fused_graph":
         _profile(step, parallel, Path(args.out) / f"scaling_dlrm_profile_{impl}_{parallel.world}gpu.txt")
     return {"suite": "dlrm", "impl": impl, "gpus": parallel.world, "batch_per_gpu": args.batch,
             "dtype": args.dtype, "ms": ms, "samples_per_s": global_batch / (ms * 1e-3)}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi-GPU session (a machine with 2 GPUs): scaling figures (benchmarks/scaling.py), then the
 # NCCL tests of tests/test_distributed.py. Results and logs land in $OUT.
-#   usage: [SCALING="dlrm swiglu"] [TEST_FILES=tests/test_distributed.py] bash scripts/gpu_scaling.sh
+#   usage: [SCALING="dlrm swiglu"] [DLRM_IMPLS=fused,fused_graph] [TEST_FILES=tests/test_distributed.py] bash scripts/gpu_scaling.sh
 set -uo pipefail
 OUT=${OUT:-./gpu-out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4
@@ -15,16 +15,17 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 RUN="python3 -m torch.distributed.run --standalone"
 SCALING=${SCALING:-dlrm swiglu}
+DLRM_IMPLS=${DLRM_IMPLS:-fused,fused_graph}
 # the single-GPU runs side by side, one per GPU
 case " $SCALING " in *" dlrm "*)
-    CUDA_VISIBLE_DEVICES=0 timeout 170 $RUN --nproc-per-node 1 benchmarks/scaling.py dlrm --impls fused,fused_graph \
+    CUDA_VISIBLE_DEVICES=0 timeout 220 $RUN --nproc-per-node 1 benchmarks/scaling.py dlrm --impls "$DLRM_IMPLS" \
         --out "$OUT" > "$OUT/scaling_dlrm_1gpu.log" 2>&1 & ;; esac
 case " $SCALING " in *" swiglu "*)
     CUDA_VISIBLE_DEVICES=1 timeout 170 $RUN --nproc-per-node 1 benchmarks/scaling.py swiglu --layers 2 \
         --out "$OUT" > "$OUT/scaling_swiglu_1gpu.log" 2>&1 & ;; esac
 wait
 case " $SCALING " in *" dlrm "*)
-    timeout 110 $RUN --nproc-per-node 2 benchmarks/scaling.py dlrm --impls fused,fused_graph --out "$OUT" \
+    timeout 190 $RUN --nproc-per-node 2 benchmarks/scaling.py dlrm --impls "$DLRM_IMPLS" --out "$OUT" \
         > "$OUT/scaling_dlrm_2gpu.log" 2>&1 ;; esac
 case " $SCALING " in *" swiglu "*)
     timeout 80 $RUN --nproc-per-node 2 benchmarks/scaling.py swiglu --layers 2 --out "$OUT" \

@@ -69,15 +69,20 @@ def _check_tables(data, config: DLRMConfig) -> None:
 class DLRMOptimizer:
     """The model's optimizer: a torch optimizer over ``model.dense_parameters()`` and, for the
     fused tables, the same update fused into their backward (so ``step`` leaves them alone).
-    ``group``: data-parallel ranks whose table gradients the fused update sums."""
+    ``group``: data-parallel ranks whose table gradients the fused update sums.
+    ``overlap_tables``: on a GPU the fused tables' update (and exchange) runs on a side stream
+    while the backward and ``step`` go on with the dense layers; ``step`` waits for it at its
+    end. None (default): on when the model is on a GPU."""
 
-    def __init__(self, model: DLRM, name: str, lr: float, group=None):
+    def __init__(self, model: DLRM, name: str, lr: float, group=None, overlap_tables: bool | None = None):
         if name not in ("sgd", "adagrad"):
             raise ValueError(f"optimizer must be sgd or adagrad, got {name!r}")
         self.model, self.name = model, name
         self.fused_tables = model.impl == "fused"
         if self.fused_tables:
-            model.set_table_optimizer(name, lr=lr, group=group)
+            if overlap_tables is None:
+                overlap_tables = model.embeddings.weight.is_cuda
+            model.set_table_optimizer(name, lr=lr, group=group, overlap=overlap_tables)
         params = model.dense_parameters()
         self.dense = torch.optim.SGD(params, lr=lr) if name == "sgd" else torch.optim.Adagrad(params, lr=lr)
 
@@ -86,6 +91,8 @@ class DLRMOptimizer:
 
     def step(self) -> None:
         self.dense.step()
+        if self.fused_tables:
+            self.model.embeddings.wait_for_update()
 
     def state_tensors(self) -> list[torch.Tensor]:
         """Every tensor of the optimizer's state (what a captured step changes besides the weights)."""

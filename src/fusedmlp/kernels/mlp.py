@@ -442,10 +442,13 @@ def mlp_wgrad_kernel(
     x_ptr, d_ptrs, a_ptrs, out_ptr,   # a[i]: the saved tensor giving layer i+1's input; out: see below
     M, rows_per_slice, stride_xm, stride_xk, SLICE_STRIDE,
     WIDTHS: tl.constexpr, A_ACTS: tl.constexpr, HAS_BIAS: tl.constexpr, OFFSETS: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+    TILE_N: tl.constexpr, TILE_K: tl.constexpr, BLOCK_R: tl.constexpr,
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """All weight and bias gradients in one launch; grid = (tiles of every dW_i, row slices).
+
+    Layer i's tiles are ``TILE_N[i] x TILE_K[i]`` (ops/mlp.py picks them): a narrow layer
+    (DLRM's 13 inputs, its 16 outputs) gets narrow tiles instead of dots mostly of padding.
 
     ``out`` holds, for each layer at ``tl.constexpr(OFFSETS[i])``, ``dW_i`` row-major then ``db_i``: the
     gradients themselves with one slice, fp32 partials (slice s at ``s * SLICE_STRIDE``) otherwise.
@@ -457,8 +460,8 @@ def mlp_wgrad_kernel(
     out_ptr += tl.program_id(1).to(tl.int64) * SLICE_STRIDE
     first_tile = 0
     for i in tl.static_range(LAYERS):
-        TILES_K = (tl.constexpr(WIDTHS[i]) + BLOCK_K - 1) // BLOCK_K
-        TILES = (tl.constexpr(WIDTHS[i + 1]) + BLOCK_N - 1) // BLOCK_N * TILES_K
+        TILES_K = (tl.constexpr(WIDTHS[i]) + tl.constexpr(TILE_K[i]) - 1) // tl.constexpr(TILE_K[i])
+        TILES = (tl.constexpr(WIDTHS[i + 1]) + tl.constexpr(TILE_N[i]) - 1) // tl.constexpr(TILE_N[i]) * TILES_K
         if (tile >= first_tile) & (tile < first_tile + TILES):
             local = tile - first_tile
             if i == 0:
@@ -468,7 +471,7 @@ def mlp_wgrad_kernel(
             _wgrad_tile(
                 out_ptr + tl.constexpr(OFFSETS[i]), d_ptrs[i], a_ptr, tl.constexpr(WIDTHS[i + 1]) * tl.constexpr(WIDTHS[i]), local // TILES_K, local % TILES_K,
                 row_begin, row_end, stride_am, stride_ak, tl.constexpr(WIDTHS[i + 1]), tl.constexpr(WIDTHS[i]), tl.constexpr(A_ACTS[i]), tl.constexpr(HAS_BIAS[i]),
-                BLOCK_N, BLOCK_K, BLOCK_R, ACC_DTYPE, DOT_PRECISION, UPCAST,
+                tl.constexpr(TILE_N[i]), tl.constexpr(TILE_K[i]), BLOCK_R, ACC_DTYPE, DOT_PRECISION, UPCAST,
             )
         first_tile = first_tile + TILES
 

@@ -54,11 +54,13 @@ class TableBatchedEmbedding(nn.Module):
         self.weight.normal_()
 
     def set_optimizer(self, optimizer: str | None, *, lr: float = 0.01, eps: float = 1e-10,
-                      initial_accumulator_value: float = 0.0, group=None) -> None:
+                      initial_accumulator_value: float = 0.0, group=None, overlap: bool = False) -> None:
         """Choose the update the backward applies (None: the tables are frozen); Adagrad's state
         starts at ``initial_accumulator_value`` (kept if it already exists). ``group``: a
         process group whose ranks hold replicas of these tables and train data-parallel; each
-        rank's backward then applies the update of every rank's gradients (``SparseOptimizer``)."""
+        rank's backward then applies the update of every rank's gradients. ``overlap``: on a
+        GPU the update runs on a side stream, alongside the rest of the backward; the tables
+        are final after ``wait_for_update()`` (or the next forward). See ``SparseOptimizer``."""
         if optimizer is None:
             self.optimizer, self.optimizer_state = None, None
             return
@@ -68,7 +70,8 @@ class TableBatchedEmbedding(nn.Module):
                                                        requires_grad=False)
         else:
             self.optimizer_state = None
-        self.optimizer = SparseOptimizer(optimizer, lr, eps, self.optimizer_state, group, self.num_embeddings)
+        self.optimizer = SparseOptimizer(optimizer, lr, eps, self.optimizer_state, group, self.num_embeddings,
+                                         overlap=bool(overlap))
         self.optimizer.check(self.weight)
 
     def _apply(self, fn, *args, **kwargs):
@@ -76,6 +79,11 @@ class TableBatchedEmbedding(nn.Module):
         if self.optimizer is not None:
             self.optimizer.state = self.optimizer_state
         return module
+
+    def wait_for_update(self) -> None:
+        """Make the current stream wait for an overlapped update (``set_optimizer(overlap=True)``)."""
+        if self.optimizer is not None:
+            self.optimizer.wait()
 
     def table(self, t: int) -> torch.Tensor:
         """Table ``t``'s rows: a view of the weight."""

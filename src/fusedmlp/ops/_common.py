@@ -110,6 +110,11 @@ def _device_properties(t: torch.Tensor):
     return _device_capability_and_sms(index)
 
 
+def is_hopper_or_newer(t: torch.Tensor) -> bool:
+    """``t`` is on a GPU of compute capability 9.0 or more (228 KiB of shared memory per SM)."""
+    return t.is_cuda and not INTERPRET and _device_properties(t)[0][0] >= 9
+
+
 def num_sms(t: torch.Tensor) -> int:
     """Streaming multiprocessors of ``t``'s GPU: the program count of persistent kernels."""
     return _device_properties(t)[1]

@@ -52,6 +52,12 @@ class SparseOptimizer:
     table_rows: the row count of each table (host ints), optional: with ``group`` it bounds
         the rows one batch can touch (the sum over tables of min(batch, rows)), which is the
         length of the exchanged lists; without it the bound is the number of lookups.
+    overlap: on a GPU, run the update (and the ranks' exchange) on a side stream, so that it
+        overlaps whatever the backward does after it (DLRM: the bottom MLP's backward, the
+        dense all-reduce, the dense optimizer step). The tables are then final only after
+        ``wait()``, which makes the current stream wait for the update; the next lookup
+        through this optimizer waits by itself. Call ``wait()`` before reading the tables in
+        any other way, and before the end of a CUDA-graph capture.
     """
 
     kind: str
@@ -60,7 +66,23 @@ class SparseOptimizer:
     state: torch.Tensor | None = None
     group: object = None
     table_rows: tuple | None = None
+    overlap: bool = False
     _hyper: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _streams: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _pending: object = field(default=None, init=False, repr=False, compare=False)
+
+    def side_stream(self, device) -> torch.cuda.Stream:
+        """The stream an overlapped update runs on (one per device)."""
+        device = torch.device(device)
+        if device not in self._streams:
+            self._streams[device] = torch.cuda.Stream(device)
+        return self._streams[device]
+
+    def wait(self) -> None:
+        """Make the current stream wait for an update still running on the side stream."""
+        if self._pending is not None:
+            torch.cuda.current_stream(self._pending.device).wait_stream(self._pending)
+            self._pending = None
 
     def hyper(self, dtype: torch.dtype, device) -> torch.Tensor:
         """[lr, eps] as a device tensor of ``dtype``, one per (dtype, device), rewritten in place
@@ -241,7 +263,20 @@ class _LookupFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
         (keys,) = ctx.saved_tensors
-        _sparse_update(grad_out, keys, ctx.weight, ctx.optimizer)
+        optimizer = ctx.optimizer
+        if not (optimizer.overlap and grad_out.is_cuda):
+            _sparse_update(grad_out, keys, ctx.weight, optimizer)
+            return None, None, None, None
+        optimizer.wait()  # a previous backward's update (two backwards without a lookup between)
+        side = optimizer.side_stream(grad_out.device)
+        side.wait_stream(torch.cuda.current_stream(grad_out.device))
+        with torch.cuda.stream(side):
+            _sparse_update(grad_out, keys, ctx.weight, optimizer)
+        # made on the autograd stream and freed there once the backward lets go of them: the
+        # allocator must not hand their memory out again before the side stream is done
+        grad_out.record_stream(side)
+        keys.record_stream(side)
+        optimizer._pending = side
         return None, None, None, None
 
 
@@ -293,6 +328,8 @@ def embedding_lookup(weight: torch.Tensor, table_offsets: torch.Tensor, indices:
         ``[B, T, D]``: ``out[b, t] = weight[table_offsets[t] + indices[b, t]]``.
     """
     _check(weight, table_offsets, indices, optimizer, check_bounds)
+    if optimizer is not None:
+        optimizer.wait()  # an overlapped update of the previous step must land before the gather
     trains = optimizer is not None and weight.requires_grad and torch.is_grad_enabled()
     if trains:
         return _lookup_function(weight, table_offsets, indices, optimizer)
