@@ -112,6 +112,53 @@ def test_sums_per_row_for_the_exchange(dtype):
     assert out_keys.tolist() == [rows] and (sums == 0).all()
 
 
+@pytest.mark.parametrize("kind", ["sgd", "adagrad"])
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_merged_update_of_the_ranks_lists(kind, world, dtype):
+    """The update from the gathered (row, sum) lists of ``world`` ranks (what each rank runs
+    after the exchange): rows held by one rank, by some, by all; lookups outside their table;
+    lists of different lengths padded; against float64 on the union of every rank's lookups."""
+    rows, dim, bound = 300, 12, 160
+    weight64 = torch.randn(rows, dim, dtype=torch.float64, device=DEVICE) * 0.1  # updates of about 0.1
+    state64 = torch.rand_like(weight64) + 0.5 if kind == "adagrad" else None
+    lists, all_keys, all_grads = [], [], []
+    for rank in range(world):
+        lookups = 150 + 40 * rank
+        keys = torch.randint(0, rows, (lookups,), device=DEVICE)
+        keys[:30] = 7  # a row every rank holds
+        keys[30:40] = 100 + rank  # rows of one rank each
+        keys[::11] = rows  # outside their table
+        keys = keys.to(torch.int32)
+        grad = torch.randn(lookups, dim, device=DEVICE).to(dtype)
+        out_keys, sums = embedding_ops._sums_per_row(grad, keys, rows, bound)
+        lists.append((out_keys, sums.to(dtype)))
+        all_keys.append(keys)
+        all_grads.append(grad)
+    keys = torch.cat([k for k, _ in lists])
+    sums = torch.cat([g for _, g in lists])
+    start = weight64.to(dtype)
+    weight = start.clone()
+    optimizer = SparseOptimizer(kind, 0.1, state=None if state64 is None else state64.float())
+    if embedding_ops.use_triton(weight):
+        embedding_ops._merged_update(keys, sums, weight, optimizer, world)
+    else:  # CPU without the interpreter: the PyTorch path of the same update
+        pytest.skip("the merged update is a Triton kernel")
+    keys64 = torch.cat(all_keys).long()
+    inside = keys64 < rows
+    dense = torch.zeros(rows, dim, dtype=torch.float64, device=DEVICE)
+    dense.index_add_(0, keys64[inside], torch.cat(all_grads).double()[inside])
+    expected = start.double()
+    sparse_update_reference(expected, dense, SparseOptimizer(kind, 0.1, state=state64))
+    change, expected_change = weight.double() - start.double(), expected - start.double()
+    assert rel_err(change, expected_change) < (2e-2 if dtype == torch.bfloat16 else 1e-5)
+    untouched = torch.ones(rows, dtype=torch.bool, device=DEVICE)
+    untouched[keys64[inside]] = False
+    assert torch.equal(weight[untouched], start[untouched])
+    if kind == "adagrad":
+        assert rel_err(optimizer.state.double(), state64) < (2e-2 if dtype == torch.bfloat16 else 1e-5)
+
+
 def test_frozen_and_no_grad_lookups_are_plain_gathers():
     offsets, indices = _offsets((5, 7)), _indices(9, (5, 7))
     weight = torch.randn(12, 4, device=DEVICE, requires_grad=True)

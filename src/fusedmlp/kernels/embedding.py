@@ -28,6 +28,13 @@ Each row is updated by exactly one program with a fixed order of additions: resu
 depend on scheduling. The sums are in fp32 (fp64 for fp64 tables). lr and eps come from a
 device tensor of that dtype (``hyper_ptr``: [lr, eps]): a float argument would round them to
 fp32, and a tensor can change between replays of a captured step.
+
+Data-parallel tables (ops/embedding.py): each rank first sums its own lookups per row (steps
+1-3 into a zero buffer), the ranks gather each other's lists of (row, sum), every list sorted
+by row with no row twice and padded with R at the end, and ``embedding_merged_update_kernel``
+applies the update from those WORLD lists directly: an entry of rank r whose row no earlier
+rank holds adds the sums of the later ranks that hold it (binary searches in their lists),
+in rank order, and updates the row. No second sort: the lists are sorted already.
 """
 
 import triton
@@ -156,3 +163,49 @@ def embedding_carried_update_kernel(
         rows = tl.zeros([1], tl.int64) + key
         _update_rows(weight_ptr, state_ptr, rows, total[None, :].to(ACC_DTYPE), rows >= 0, hyper_ptr, stride_w, stride_s,
                      D, D_PAD, OPTIMIZER)
+
+
+@triton.jit
+def _find(keys_ptr, key, L, SEARCH_STEPS: tl.constexpr):
+    """Position of ``key`` in the ascending list keys[0:L] (vectorised over key), and whether it is there."""
+    lo = tl.zeros_like(key)
+    hi = lo + L
+    for _ in tl.static_range(SEARCH_STEPS):  # 2^SEARCH_STEPS > L: enough halvings to close [lo, hi)
+        open_ = lo < hi
+        mid = (lo + hi) // 2
+        probe = tl.load(keys_ptr + mid, mask=open_, other=0).to(tl.int64)
+        below = open_ & (probe < key)
+        above = open_ & (probe >= key)
+        lo = tl.where(below, mid + 1, lo)
+        hi = tl.where(above, mid, hi)
+    found = tl.load(keys_ptr + lo, mask=lo < L, other=-1).to(tl.int64) == key
+    return lo, found
+
+
+@triton.jit
+def embedding_merged_update_kernel(
+    keys_ptr, sums_ptr, weight_ptr, state_ptr, L, R, hyper_ptr, stride_w, stride_s,
+    WORLD: tl.constexpr, SEARCH_STEPS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
+    BLOCK_P: tl.constexpr, OPTIMIZER: tl.constexpr, ACC_DTYPE: tl.constexpr,
+):
+    """The update from the ranks' gathered lists: keys [WORLD, L] (each ascending, unique, R
+    pads), sums [WORLD, L, D]. Program p takes BLOCK_P entries of one rank's list."""
+    blocks_per_rank = tl.cdiv(L, BLOCK_P)
+    rank = tl.program_id(0) // blocks_per_rank
+    pos = (tl.program_id(0) % blocks_per_rank).to(tl.int64) * BLOCK_P + tl.arange(0, BLOCK_P)
+    entry = rank.to(tl.int64) * L + pos
+    key = tl.load(keys_ptr + entry, mask=pos < L, other=R).to(tl.int64)
+    mine = (pos < L) & (key < R)
+    col = tl.arange(0, D_PAD)[None, :]
+    total = tl.load(sums_ptr + entry[:, None] * D + col, mask=mine[:, None] & (col < D), other=0.0).to(ACC_DTYPE)
+    for other in tl.static_range(WORLD):
+        # an earlier rank holding the row updates it; a later one's sum joins this one, in rank order
+        if other < rank:
+            found = _find(keys_ptr + other * L, key, L, SEARCH_STEPS)[1]
+            mine = mine & (found == 0)
+        if other > rank:
+            at, found = _find(keys_ptr + other * L, key, L, SEARCH_STEPS)
+            later = found & mine
+            total += tl.load(sums_ptr + (other * L + at)[:, None] * D + col, mask=later[:, None] & (col < D),
+                             other=0.0).to(ACC_DTYPE)
+    _update_rows(weight_ptr, state_ptr, key, total, mine, hyper_ptr, stride_w, stride_s, D, D_PAD, OPTIMIZER)

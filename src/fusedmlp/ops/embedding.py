@@ -24,7 +24,8 @@ import torch.nn.functional as F
 import triton
 
 from ..kernels.embedding import (OPTIMIZER_ADAGRAD, OPTIMIZER_SGD, embedding_carried_update_kernel,
-                                 embedding_gather_kernel, embedding_segment_update_kernel)
+                                 embedding_gather_kernel, embedding_merged_update_kernel,
+                                 embedding_segment_update_kernel)
 from .._distributed import gather_padded, world_size
 from ..kernels.launch import launch
 from ._common import acc_dtypes, check_tensor, use_triton
@@ -216,6 +217,21 @@ def _sums_per_row(grad, keys, rows: int, bound: int):
     return out_keys, sums
 
 
+def _merged_update(keys, sums, weight, optimizer: SparseOptimizer, world: int) -> None:
+    """The update from the ranks' gathered (row, sum) lists: keys [world * L], each rank's L
+    ascending and unique but for the padding key R; sums [world * L, D] (kernels/embedding.py)."""
+    rows, dim = weight.shape
+    length = keys.numel() // world
+    if length == 0:
+        return
+    acc_tl, acc_torch = acc_dtypes(weight.dtype)
+    state = optimizer.state if optimizer.kind == "adagrad" else weight
+    launch(embedding_merged_update_kernel, (world * triton.cdiv(length, _BLOCK_P),), keys, sums.contiguous(),
+           weight, state, length, rows, optimizer.hyper(acc_torch, weight.device), weight.stride(0), state.stride(0),
+           WORLD=world, SEARCH_STEPS=max(1, length.bit_length()), D=dim, D_PAD=_pad(dim), BLOCK_P=_BLOCK_P,
+           OPTIMIZER=_KINDS[optimizer.kind], ACC_DTYPE=acc_tl, num_warps=4)
+
+
 def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer) -> None:
     """The optimizer step of the lookups ``keys`` [B * T] with gradients ``grad_out`` [B, T, D]."""
     rows, dim = weight.shape
@@ -231,6 +247,9 @@ def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer) -> None:
         grad = grad.to(weight.dtype)
         keys, longest = gather_padded(keys, rows, optimizer.group)
         grad = gather_padded(grad, 0, optimizer.group, longest)[0]
+        if use_triton(weight):  # the ranks' lists are sorted: merged as they are, no second sort
+            _merged_update(keys, grad, weight, optimizer, world_size(optimizer.group))
+            return
     lookups = keys.numel()
     if lookups == 0:
         return
