@@ -77,7 +77,7 @@ def dlrm_row(impl, args, parallel) -> dict:
     base = impl.removesuffix("_serial")
     model = _model(base, dtype, device="cuda")
     parallel.broadcast_model(model)
-    optimizer = DLRMOptimizer(model, "sgd", 0.01, group=parallel.group if parallel.world > 1 else None,
+    optimizer = DLRMOptimizer(model, "sgd", 0.01, group=parallel.table_group,
                               overlap_tables=False if serial else None)
     # the global batch on every rank (same seed): each rank trains on its share
     tensors = _inputs(global_batch, model.config, dtype, device="cuda", seed=1)

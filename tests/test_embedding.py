@@ -101,12 +101,12 @@ def test_sums_per_row_for_the_exchange(dtype):
     bound = 20
     out_keys, sums = embedding_ops._sums_per_row(grad, keys, rows, bound)
     distinct = torch.unique(keys)
-    assert out_keys.shape == (bound,) and sums.shape == (bound, dim) and sums.dtype == torch.float32
+    assert out_keys.shape == (bound,) and sums.shape == (bound, dim) and sums.dtype == dtype
     assert sorted(out_keys[:len(distinct)].tolist()) == distinct.tolist()
     assert (out_keys[len(distinct):] == rows).all() and (sums[len(distinct):] == 0).all()
     want = torch.zeros(rows + 1, dim, dtype=torch.float64, device=DEVICE).index_add_(0, keys.long(), grad.double())
     got = torch.zeros_like(want).index_add_(0, out_keys.long(), sums.double())
-    assert rel_err(got, want) < 1e-6
+    assert rel_err(got, want) < (4e-3 if dtype == torch.bfloat16 else 1e-6)  # summed in fp32, rounded once
     # a rank without rows in a short last batch sends only padding
     out_keys, sums = embedding_ops._sums_per_row(grad[:0], keys[:0], rows, 1)
     assert out_keys.tolist() == [rows] and (sums == 0).all()
@@ -132,7 +132,7 @@ def test_merged_update_of_the_ranks_lists(kind, world, dtype):
         keys = keys.to(torch.int32)
         grad = torch.randn(lookups, dim, device=DEVICE).to(dtype)
         out_keys, sums = embedding_ops._sums_per_row(grad, keys, rows, bound)
-        lists.append((out_keys, sums.to(dtype)))
+        lists.append((out_keys, sums))
         all_keys.append(keys)
         all_grads.append(grad)
     keys = torch.cat([k for k, _ in lists])

@@ -41,6 +41,18 @@ class DataParallel:
         self.group = (group or dist.group.WORLD) if initialised else None
         self.world = world_size(self.group)
         self.rank = dist.get_rank(self.group) if initialised else 0
+        self._table_group = None
+
+    @property
+    def table_group(self):
+        """The process group of the fused tables' exchange: the same ranks with a communicator of
+        their own, so that the exchange's all-gathers (issued from the tables' side stream in
+        the backward) and the dense all-reduce do not queue behind each other in one NCCL
+        stream but run side by side. Made on first use (every rank builds its optimizer at
+        the same point); None with one process."""
+        if self.world > 1 and self._table_group is None:
+            self._table_group = dist.new_group(dist.get_process_group_ranks(self.group))
+        return self._table_group
 
     @classmethod
     def from_environment(cls, device_name: str) -> tuple["DataParallel", str]:

@@ -123,7 +123,7 @@ class DLRMOptimizer:
 
 
 def build_optimizer(model: DLRM, name: str, lr: float, parallel: DataParallel | None = None) -> DLRMOptimizer:
-    return DLRMOptimizer(model, name, lr, group=parallel.group if parallel and parallel.world > 1 else None)
+    return DLRMOptimizer(model, name, lr, group=parallel.table_group if parallel and parallel.world > 1 else None)
 
 
 def train_step(model: DLRM, forward, optimizer: DLRMOptimizer, parallel: DataParallel, train_tensors,

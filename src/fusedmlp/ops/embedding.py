@@ -193,18 +193,19 @@ def _row_bound(lookups: int, batch: int, optimizer: SparseOptimizer) -> int:
 
 
 def _sums_per_row(grad, keys, rows: int, bound: int):
-    """This rank's gradients summed per key: ``(keys [bound], sums [bound, D])``, the sums in
-    the accumulation dtype, the unused tail padded with the out-of-table key ``rows``. On the
-    GPU path the update kernels do the summing, deterministically: SGD with lr = -1 into a zero
-    buffer, each lookup's key replaced by its run number in the sorted keys."""
+    """This rank's gradients summed per key: ``(keys [bound], sums [bound, D])``, the sums
+    added in the accumulation dtype and rounded once to grad's dtype (what the ranks send), the
+    unused tail padded with the out-of-table key ``rows``. On the GPU path the update kernels do
+    the summing, deterministically: SGD with lr = -1 into a zero buffer (each row written once),
+    each lookup's key replaced by its run number in the sorted keys."""
     acc_torch = acc_dtypes(grad.dtype)[1]
     out_keys = keys.new_full((bound,), rows)
-    sums = grad.new_zeros((bound, grad.shape[1]), dtype=acc_torch)
+    sums = grad.new_zeros((bound, grad.shape[1]))
     if not use_triton(grad):
         distinct, inverse = torch.unique(keys, return_inverse=True)
         out_keys[:len(distinct)] = distinct
-        sums.index_add_(0, inverse, grad.to(acc_torch))
-        return out_keys, sums
+        acc = torch.zeros(sums.shape, dtype=acc_torch, device=sums.device).index_add_(0, inverse, grad.to(acc_torch))
+        return out_keys, sums.copy_(acc)
     if keys.numel() == 0:  # a rank without rows in this step (a short last batch)
         return out_keys, sums
     sorted_keys, order = torch.sort(keys, stable=True)
@@ -241,10 +242,9 @@ def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer) -> None:
     if world_size(optimizer.group) > 1:
         # each rank sends one (row, sum) per distinct key, not one per lookup (a third as much
         # at DLRM's Kaggle table sizes and 65536 rows per rank); the out-of-table key pads
+        # the sums come in the table's dtype: for bf16 tables half the bytes of fp32 sums, at the
+        # cost of one rounding of each rank's sum (eager PyTorch sums bf16 sparse gradients in bf16)
         keys, grad = _sums_per_row(grad, keys, rows, _row_bound(keys.numel(), grad_out.shape[0], optimizer))
-        # sent in the table's dtype: for bf16 tables half the bytes of the fp32 sums, at the cost
-        # of one rounding of each rank's sum (eager PyTorch sums bf16 sparse gradients in bf16)
-        grad = grad.to(weight.dtype)
         keys, longest = gather_padded(keys, rows, optimizer.group)
         grad = gather_padded(grad, 0, optimizer.group, longest)[0]
         if use_triton(weight):  # the ranks' lists are sorted: merged as they are, no second sort
