@@ -47,7 +47,7 @@ masked to zero there.
   Its tiles are 16 or 32 rows (mma.sync): Hopper's wgmma tiles compiled wrong here with
   Triton 3.6 (kernels/configs.py).
 - ``mlp_wgrad_kernel``: every ``dW_i`` (and ``db_i``) in one launch: a grouped GEMM over the
-  layers, each tile ``[BLOCK_N, BLOCK_K]`` of one ``dW_i`` summing over a fixed slice of the
+  layers, each tile ``[TILE_N[i], TILE_K[i]]`` of one ``dW_i`` summing over a fixed slice of the
   rows (``grid[1]`` slices, so that a few small matrices still fill the GPU when M is large).
   With one slice the tiles are written in the data dtype; otherwise each slice writes fp32
   partials and ``mlp_reduce_kernel`` sums them in slice order. No atomics: the gradients are
