@@ -110,9 +110,20 @@ def _device_properties(t: torch.Tensor):
     return _device_capability_and_sms(index)
 
 
-def is_hopper_or_newer(t: torch.Tensor) -> bool:
-    """``t`` is on a GPU of compute capability 9.0 or more (228 KiB of shared memory per SM)."""
-    return t.is_cuda and not INTERPRET and _device_properties(t)[0][0] >= 9
+@functools.lru_cache(maxsize=None)
+def _shared_memory(index: int) -> int:
+    props = torch.cuda.get_device_properties(index)
+    optin = getattr(props, "shared_memory_per_block_optin", 0)  # not in every PyTorch build
+    return optin or (227 * 1024 if props.major in (9, 10) else 99 * 1024)
+
+
+def shared_memory_per_block(t: torch.Tensor) -> int:
+    """Bytes of shared memory one program may take on ``t``'s GPU (the opt-in limit: 227 KiB
+    on H100/H200); 96 KiB for the interpreter and CPU tensors (any value works there)."""
+    if not t.is_cuda or INTERPRET:
+        return 96 * 1024
+    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    return _shared_memory(index)
 
 
 def num_sms(t: torch.Tensor) -> int:

@@ -55,7 +55,7 @@ from ._common import (
     check_same_dtype_device,
     check_tensor,
     dot_meta,
-    is_hopper_or_newer,
+    shared_memory_per_block,
     num_sms,
     use_triton,
 )
@@ -76,12 +76,12 @@ _WGRAD_TILES_PER_SM = 4
 # step (BLOCK_R), from a sweep on an H200 in bf16: 64 x 128 x 128 was the fastest of the tiles
 # that computed right, 147 us for the bottom DLRM MLP's weight gradients at 65536 rows
 # (64 x 64 x 64 with two tiles per SM, the earlier choice: 346 us; cuBLAS, one product per
-# layer: 198 us). BLOCK_R shrinks until the stages fit _WGRAD_SMEM (bf16 before Hopper, fp32:
-# 64 or 32 rows). 128 x 128 tiles on 4 warps and 64 x 256 on 8 computed gradients 1-5% off
-# there (Triton 3.6): not used.
+# layer: 198 us). BLOCK_R shrinks until the stages fit the GPU's shared memory, less
+# _WGRAD_SMEM_SPARE for Triton's own scratch (fp32 on an H200: 64 rows). 128 x 128 tiles on
+# 4 warps and 64 x 256 on 8 computed gradients 1-5% off there (Triton 3.6): not used.
 _WGRAD_TILE = (32, 32, 32) if INTERPRET else (64, 128, 128)
 _WGRAD_STAGES = 3
-_WGRAD_SMEM = {True: 200 * 1024, False: 96 * 1024}  # bytes for the stages, Hopper or not
+_WGRAD_SMEM_SPARE = 24 * 1024
 _REDUCE_BLOCK = 1024
 CUBLAS_WGRAD_MIN_ROWS = 16384
 
@@ -198,7 +198,7 @@ def _wgrad_tile_shapes(plan: MLPPlan, g: torch.Tensor) -> tuple:
     """(TILE_N, TILE_K, BLOCK_R) of the wgrad kernel: per layer, the _WGRAD_TILE shape clipped
     to the layer's padded widths (a 13-wide input takes 16-wide tiles, not 128 of padding)."""
     block_n, block_k, block_r = (16, 16, 16) if (g.dtype == torch.float64 and not INTERPRET) else _WGRAD_TILE
-    budget = _WGRAD_SMEM[is_hopper_or_newer(g)]
+    budget = shared_memory_per_block(g) - _WGRAD_SMEM_SPARE
     while block_r > 16 and _WGRAD_STAGES * block_r * (block_n + block_k) * g.element_size() > budget:
         block_r //= 2
     tile_n = tuple(min(block_n, plan.pads[i + 1]) for i in range(plan.layers))
