@@ -114,8 +114,8 @@ def cmd_bench(args) -> int:
     rows = suite.run_gpu(shapes, dtype, impls, modes, on_shape_done=save)
     headers, table = suite.summary_table(rows)
     failed = [f"{r.impl} {r.mode} {r.shape}: {r.note}" for r in rows if r.note]
-    print(f"\n{args.suite} {args.dtype} on {env['device']} (torch {env['torch']}, triton {env['triton']}); "
-          f"median ms, ratio to the cuBLAS GEMM floor, peak MiB above inputs")
+    note = getattr(suite, "TABLE_NOTE", "median ms, ratio to the cuBLAS GEMM floor, peak MiB above inputs")
+    print(f"\n{args.suite} {args.dtype} on {env['device']} (torch {env['torch']}, triton {env['triton']}); {note}")
     print(harness.format_table(headers, table))
     for line in failed:
         print("  " + line)

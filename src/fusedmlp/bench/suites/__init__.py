@@ -1,4 +1,5 @@
-"""One module per fused op: ``NAME``, ``SHAPE_PRESETS``, ``run_gpu``, ``summary_table``, ``run_cpu_check``."""
+"""One module per fused op: ``NAME``, ``SHAPE_PRESETS``, ``run_gpu``, ``summary_table``, ``run_cpu_check``
+(and optionally ``TABLE_NOTE``, the units line printed above the summary table)."""
 
 SUITES = {
     "geglu": "fusedmlp.bench.suites.glu",

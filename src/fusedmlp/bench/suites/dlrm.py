@@ -127,6 +127,9 @@ def run_gpu(shapes, dtype, impls, modes, on_shape_done=None) -> list[Measurement
     return rows
 
 
+TABLE_NOTE = "million samples/s per impl; a/b = a's median step time over b's (below 1: a is faster)"
+
+
 def summary_table(rows: list[Measurement]):
     """One line per (batch, mode): million samples/s per impl, then fused time over each peer's."""
     impls = [i for i in IMPLS if any(r.impl == i for r in rows)]
