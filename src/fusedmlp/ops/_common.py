@@ -99,22 +99,18 @@ def autotune_m_key(m: int) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _device_capability_and_sms(index: int):
+def _device_facts(index: int):
     props = torch.cuda.get_device_properties(index)
-    return (props.major, props.minor), props.multi_processor_count
+    optin = getattr(props, "shared_memory_per_block_optin", 0)  # not in every PyTorch build
+    shared = optin or (227 * 1024 if props.major in (9, 10) else 99 * 1024)
+    return (props.major, props.minor), props.multi_processor_count, shared
 
 
 def _device_properties(t: torch.Tensor):
-    """((major, minor), multiprocessor count) of ``t``'s GPU, cached per device."""
+    """((major, minor), multiprocessor count, opt-in shared memory bytes per program) of
+    ``t``'s GPU, cached per device."""
     index = t.device.index if t.device.index is not None else torch.cuda.current_device()
-    return _device_capability_and_sms(index)
-
-
-@functools.lru_cache(maxsize=None)
-def _shared_memory(index: int) -> int:
-    props = torch.cuda.get_device_properties(index)
-    optin = getattr(props, "shared_memory_per_block_optin", 0)  # not in every PyTorch build
-    return optin or (227 * 1024 if props.major in (9, 10) else 99 * 1024)
+    return _device_facts(index)
 
 
 def shared_memory_per_block(t: torch.Tensor) -> int:
@@ -122,8 +118,7 @@ def shared_memory_per_block(t: torch.Tensor) -> int:
     on H100/H200); 96 KiB for the interpreter and CPU tensors (any value works there)."""
     if not t.is_cuda or INTERPRET:
         return 96 * 1024
-    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
-    return _shared_memory(index)
+    return _device_properties(t)[2]
 
 
 def num_sms(t: torch.Tensor) -> int:

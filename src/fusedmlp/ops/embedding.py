@@ -200,12 +200,12 @@ def _sums_per_row(grad, keys, rows: int, bound: int):
     each lookup's key replaced by its run number in the sorted keys."""
     acc_torch = acc_dtypes(grad.dtype)[1]
     out_keys = keys.new_full((bound,), rows)
-    sums = grad.new_zeros((bound, grad.shape[1]))
     if not use_triton(grad):
         distinct, inverse = torch.unique(keys, return_inverse=True)
         out_keys[:len(distinct)] = distinct
-        acc = torch.zeros(sums.shape, dtype=acc_torch, device=sums.device).index_add_(0, inverse, grad.to(acc_torch))
-        return out_keys, sums.copy_(acc)
+        sums = grad.new_zeros((bound, grad.shape[1]), dtype=acc_torch).index_add_(0, inverse, grad.to(acc_torch))
+        return out_keys, sums.to(grad.dtype)
+    sums = grad.new_zeros((bound, grad.shape[1]))
     if keys.numel() == 0:  # a rank without rows in this step (a short last batch)
         return out_keys, sums
     sorted_keys, order = torch.sort(keys, stable=True)
@@ -218,6 +218,13 @@ def _sums_per_row(grad, keys, rows: int, bound: int):
     return out_keys, sums
 
 
+def _state_and_hyper(weight, optimizer: SparseOptimizer):
+    """What the update kernels take besides the weight: the optimizer state (the weight itself
+    stands in for SGD, which has none) and the [lr, eps] device tensor."""
+    state = optimizer.state if optimizer.kind == "adagrad" else weight
+    return state, optimizer.hyper(acc_dtypes(weight.dtype)[1], weight.device)
+
+
 def _merged_update(keys, sums, weight, optimizer: SparseOptimizer, world: int) -> None:
     """The update from the ranks' gathered (row, sum) lists: keys [world * L], each rank's L
     ascending and unique but for the padding key R; sums [world * L, D] (kernels/embedding.py)."""
@@ -225,12 +232,11 @@ def _merged_update(keys, sums, weight, optimizer: SparseOptimizer, world: int) -
     length = keys.numel() // world
     if length == 0:
         return
-    acc_tl, acc_torch = acc_dtypes(weight.dtype)
-    state = optimizer.state if optimizer.kind == "adagrad" else weight
+    state, hyper = _state_and_hyper(weight, optimizer)
     launch(embedding_merged_update_kernel, (world * triton.cdiv(length, _BLOCK_P),), keys, sums.contiguous(),
-           weight, state, length, rows, optimizer.hyper(acc_torch, weight.device), weight.stride(0), state.stride(0),
+           weight, state, length, rows, hyper, weight.stride(0), state.stride(0),
            WORLD=world, SEARCH_STEPS=max(1, length.bit_length()), D=dim, D_PAD=_pad(dim), BLOCK_P=_BLOCK_P,
-           OPTIMIZER=_KINDS[optimizer.kind], ACC_DTYPE=acc_tl, num_warps=4)
+           OPTIMIZER=_KINDS[optimizer.kind], ACC_DTYPE=acc_dtypes(weight.dtype)[0], num_warps=4)
 
 
 def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer) -> None:
@@ -239,16 +245,17 @@ def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer) -> None:
     grad = grad_out.reshape(keys.numel(), dim)
     if grad.dtype != weight.dtype:
         grad = grad.to(weight.dtype)
-    if world_size(optimizer.group) > 1:
+    world = world_size(optimizer.group)
+    if world > 1:
         # each rank sends one (row, sum) per distinct key, not one per lookup (a third as much
-        # at DLRM's Kaggle table sizes and 65536 rows per rank); the out-of-table key pads
-        # the sums come in the table's dtype: for bf16 tables half the bytes of fp32 sums, at the
+        # at DLRM's Kaggle table sizes and 65536 rows per rank); the out-of-table key pads.
+        # The sums come in the table's dtype: for bf16 tables half the bytes of fp32 sums, at the
         # cost of one rounding of each rank's sum (eager PyTorch sums bf16 sparse gradients in bf16)
         keys, grad = _sums_per_row(grad, keys, rows, _row_bound(keys.numel(), grad_out.shape[0], optimizer))
         keys, longest = gather_padded(keys, rows, optimizer.group)
         grad = gather_padded(grad, 0, optimizer.group, longest)[0]
         if use_triton(weight):  # the ranks' lists are sorted: merged as they are, no second sort
-            _merged_update(keys, grad, weight, optimizer, world_size(optimizer.group))
+            _merged_update(keys, grad, weight, optimizer, world)
             return
     lookups = keys.numel()
     if lookups == 0:
@@ -261,10 +268,8 @@ def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer) -> None:
         _apply_rows(weight, rows_hit, summed.index_add_(0, inverse, grad[touched].to(summed.dtype)), optimizer)
         return
     sorted_keys, order = torch.sort(keys, stable=True)  # stable: a fixed order of additions
-    acc_torch = acc_dtypes(weight.dtype)[1]
-    state = optimizer.state if optimizer.kind == "adagrad" else weight
-    _segment_launches(sorted_keys, order, grad, weight, state, rows, optimizer.hyper(acc_torch, weight.device),
-                      optimizer.kind)
+    state, hyper = _state_and_hyper(weight, optimizer)
+    _segment_launches(sorted_keys, order, grad, weight, state, rows, hyper, optimizer.kind)
 
 
 class _LookupFunction(torch.autograd.Function):

@@ -55,8 +55,8 @@ from ._common import (
     check_same_dtype_device,
     check_tensor,
     dot_meta,
-    shared_memory_per_block,
     num_sms,
+    shared_memory_per_block,
     use_triton,
 )
 from .activations import DERIVATIVE_FROM_OUTPUT, activation_reference, check_activation
