@@ -6,6 +6,7 @@ from helpers import assert_close, check_against_float64, rel_err
 from torch import nn
 
 import fusedmlp
+from fusedmlp.kernels.configs import LINEAR_TMA_CONFIGS
 from fusedmlp.ops.activations import ACTIVATIONS
 from fusedmlp.ops.linear_act import linear_act_reference
 
@@ -113,6 +114,29 @@ def test_tma_kernels(device, monkeypatch, dtype, activation, save_preact):
     if device == "cuda":
         assert ops.tma_eligible(*(t.to(dtype) for t in (tensors[0], tensors[1], g)))
     run_check(tensors, g, dtype, activation, save_preact, "tma")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("index", range(len(LINEAR_TMA_CONFIGS)))
+def test_every_tma_config_on_gpu(monkeypatch, index):
+    """Every tile config of the persistent forward, not only the one the tuner picks (they differ
+    in FLATTEN's tile x K loop and in programs per SM): several tiles per program, partial row,
+    column and K tiles."""
+    import triton
+
+    import fusedmlp.ops.linear_act as ops
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("the TMA path is for Hopper")
+    monkeypatch.setattr(ops, "num_sms", lambda t: 3)
+    launcher = ops._fwd_tma_launcher
+    with launcher.forcing(launcher.configs[index]):
+        for save_preact in (False, True):
+            tensors, g = make_inputs((1000,), 200, 600, "cuda")
+            try:
+                run_check(tensors, g, torch.bfloat16, "gelu_tanh", save_preact, f"config {index}")
+            except triton.runtime.errors.OutOfResources:
+                assert save_preact, "every config fits without the pre-activation tile"
 
 
 @pytest.mark.parametrize("tma", [False, True], ids=["pointer", "tma"])

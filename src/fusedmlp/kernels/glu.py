@@ -27,7 +27,7 @@ same bits on every run.
 
 The kernels come in two forms with one epilogue: pointer-based (any strides; the
 interpreter, fp32/fp64 and pre-Hopper GPUs; one program per tile) and ``*_tma`` (tensor
-descriptors for aligned 16-bit inputs on Hopper; persistent: NUM_SMS programs walk the
+descriptors for aligned 16-bit inputs on Hopper; persistent: one or two programs per SM walk the
 tiles in grouped order, so no wave of programs is left partly empty). The TMA forms take
 each weight half, and h and dh, as separate descriptors, so that a tile crossing OUT is
 clipped by the copy engine instead of spilling into the other half.
@@ -180,18 +180,18 @@ def glu_bwd_dh_kernel(
 @triton.jit
 def glu_fwd_tma_kernel(
     x_desc, w1_desc, w2_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc,
-    M, OUT, K, M_KEY, NUM_SMS,
+    M, OUT, K, M_KEY,
     ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_H: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, FLATTEN: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
-    """``glu_fwd_kernel`` on tensor descriptors, persistent over NUM_SMS programs.
+    """``glu_fwd_kernel`` on tensor descriptors, persistent over PROGRAMS_PER_SM programs per SM.
 
     h1/h2 describe h[:, :OUT] and h[:, OUT:] (STORE_H).
     """
     num_tiles_m = tl.cdiv(M, BLOCK_M)
     num_tiles_n = tl.cdiv(OUT, BLOCK_N)
-    for tile_id in tl.range(tl.program_id(0), num_tiles_m * num_tiles_n, NUM_SMS):
+    for tile_id in tl.range(tl.program_id(0), num_tiles_m * num_tiles_n, tl.num_programs(0), flatten=FLATTEN):
         _, row_start, col_start = persistent_tile(tile_id, num_tiles_m, num_tiles_n, BLOCK_M, BLOCK_N, GROUP_M)
         x1, x2, _, _ = _glu_h_tiles_tma(
             x_desc, w1_desc, w2_desc, b1_ptr, b2_ptr, row_start, col_start, OUT, K,
@@ -208,13 +208,13 @@ def glu_fwd_tma_kernel(
 def glu_bwd_dh_tma_kernel(
     g_desc, gy_desc, wd_desc, x_desc, w1_desc, w2_desc, b1_ptr, b2_ptr, h1_desc, h2_desc,
     dh1_desc, dh2_desc, z_desc, db_partial_ptr,
-    M, OUT, K, KG, M_KEY, NUM_SMS,
+    M, OUT, K, KG, M_KEY,
     ACT: tl.constexpr, HAS_BIAS: tl.constexpr, RECOMPUTE: tl.constexpr, G_GEMM: tl.constexpr,
     STORE_Z: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, FLATTEN: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
-    """``glu_bwd_dh_kernel`` on tensor descriptors, persistent over NUM_SMS programs.
+    """``glu_bwd_dh_kernel`` on tensor descriptors, persistent over PROGRAMS_PER_SM programs per SM.
 
     ``g_desc`` is g [M, OUT]; with G_GEMM it is unused and ``gy_desc`` [M, KG] with ``wd_desc``
     (Wd [KG, OUT], row-major) give g. h1/h2 and dh1/dh2 describe the two column halves of h and
@@ -225,7 +225,7 @@ def glu_bwd_dh_tma_kernel(
     """
     num_tiles_m = tl.cdiv(M, BLOCK_M)
     num_tiles_n = tl.cdiv(OUT, BLOCK_N)
-    for tile_id in tl.range(tl.program_id(0), num_tiles_m * num_tiles_n, NUM_SMS):
+    for tile_id in tl.range(tl.program_id(0), num_tiles_m * num_tiles_n, tl.num_programs(0), flatten=FLATTEN):
         tile_m, row_start, col_start = persistent_tile(tile_id, num_tiles_m, num_tiles_n, BLOCK_M, BLOCK_N, GROUP_M)
         if RECOMPUTE:
             x1, x2, cols, mask_cols = _glu_h_tiles_tma(

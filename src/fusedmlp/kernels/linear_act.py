@@ -73,15 +73,15 @@ def linear_act_fwd_kernel(
 @triton.jit
 def linear_act_fwd_tma_kernel(
     x_desc, w_desc, b_ptr, y_desc, pre_desc,
-    M, N, K, M_KEY, NUM_SMS,
+    M, N, K, M_KEY,
     ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_PRE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, FLATTEN: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
-    """``linear_act_fwd_kernel`` on tensor descriptors, persistent over NUM_SMS programs."""
+    """``linear_act_fwd_kernel`` on tensor descriptors, persistent over PROGRAMS_PER_SM programs per SM."""
     num_tiles_m = tl.cdiv(M, BLOCK_M)
     num_tiles_n = tl.cdiv(N, BLOCK_N)
-    for tile_id in tl.range(tl.program_id(0), num_tiles_m * num_tiles_n, NUM_SMS):
+    for tile_id in tl.range(tl.program_id(0), num_tiles_m * num_tiles_n, tl.num_programs(0), flatten=FLATTEN):
         _, row_start, col_start = persistent_tile(tile_id, num_tiles_m, num_tiles_n, BLOCK_M, BLOCK_N, GROUP_M)
         acc, _ = xwT_mainloop_tma(
             x_desc, w_desc, w_desc, row_start, col_start, col_start, K,
@@ -184,19 +184,19 @@ def linear_act_dgrad_kernel(
 @triton.jit
 def linear_act_dgrad_tma_kernel(
     g_desc, a_desc, w_desc, dx_desc, dpre_desc, db_partial_ptr,
-    M, N, K, M_KEY, NUM_SMS,
+    M, N, K, M_KEY,
     ACT: tl.constexpr, FROM_OUTPUT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_DPRE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, FLATTEN: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
-    """``linear_act_dgrad_kernel`` on descriptors, persistent over NUM_SMS programs.
+    """``linear_act_dgrad_kernel`` on descriptors, persistent over PROGRAMS_PER_SM programs per SM.
 
     W's [BLOCK_N, BLOCK_K] tiles of the row-major [N, K] weight are the dot's right operand as
     loaded. Tiles past M, N or K read zeros and their stores are clipped by the copy engine.
     """
     num_tiles_m = tl.cdiv(M, BLOCK_M)
     num_tiles_k = tl.cdiv(K, BLOCK_K)
-    for tile_id in tl.range(tl.program_id(0), num_tiles_m * num_tiles_k, NUM_SMS):
+    for tile_id in tl.range(tl.program_id(0), num_tiles_m * num_tiles_k, tl.num_programs(0), flatten=FLATTEN):
         tile_m, row_start, k_start = persistent_tile(tile_id, num_tiles_m, num_tiles_k, BLOCK_M, BLOCK_K, GROUP_M)
         first_k_tile = k_start == 0
         acc = tl.zeros((BLOCK_M, BLOCK_K), dtype=ACC_DTYPE)

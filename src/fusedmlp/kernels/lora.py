@@ -97,21 +97,21 @@ def lora_fwd_kernel(
 @triton.jit
 def lora_fwd_tma_kernel(
     x_desc, w_desc, lora_a_desc, b_ptr, lora_b_ptr, xs_ptr, y_desc, pre_desc,
-    M, N, K, R, M_KEY, NUM_SMS, SCALE_HI, SCALE_LO,
+    M, N, K, R, M_KEY, SCALE_HI, SCALE_LO,
     stride_lbn, stride_lbr, stride_xsm,
     ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_PRE: tl.constexpr, LORA_IN_LOOP: tl.constexpr,
     R_PAD: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, FLATTEN: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
-    """``lora_fwd_kernel`` on tensor descriptors, persistent over NUM_SMS programs.
+    """``lora_fwd_kernel`` on tensor descriptors, persistent over PROGRAMS_PER_SM programs per SM.
 
     ``lora_a_desc`` has ``[R_PAD, BLOCK_K]`` tiles: rows past r read zeros. B and xs stay
     pointers: their ``r``-wide rows need not meet TMA's 16-byte stride alignment.
     """
     num_tiles_m = tl.cdiv(M, BLOCK_M)
     num_tiles_n = tl.cdiv(N, BLOCK_N)
-    for tile_id in tl.range(tl.program_id(0), num_tiles_m * num_tiles_n, NUM_SMS):
+    for tile_id in tl.range(tl.program_id(0), num_tiles_m * num_tiles_n, tl.num_programs(0), flatten=FLATTEN):
         _, row_start, col_start = persistent_tile(tile_id, num_tiles_m, num_tiles_n, BLOCK_M, BLOCK_N, GROUP_M)
         acc, acc_xa = xwT_mainloop_tma(
             x_desc, w_desc, lora_a_desc, row_start, col_start, 0, K,

@@ -109,7 +109,7 @@ def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
             persistent_grid(num_sms(x), m, out),
             x_desc=descriptor(x), w1_desc=descriptor(w1), w2_desc=descriptor(w2),
             b1_ptr=_bias_or(b1, y), b2_ptr=_bias_or(b2, y), y_desc=descriptor(y),
-            h1_desc=descriptor(h1), h2_desc=descriptor(h2), NUM_SMS=num_sms(x),
+            h1_desc=descriptor(h1), h2_desc=descriptor(h2),
             **common, **dot_meta(x.dtype),
         )
         return y, h
@@ -157,7 +157,7 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z):
             h2_desc=descriptor(h_halves[1] if h_halves else dh_halves[1]),
             dh1_desc=descriptor(dh_halves[0]), dh2_desc=descriptor(dh_halves[1]),
             z_desc=descriptor(z if store_z else dh_halves[0]),
-            db_partial_ptr=db_partial if has_bias else dh, NUM_SMS=num_sms(x),
+            db_partial_ptr=db_partial if has_bias else dh,
             **common, **dot_meta(x.dtype),
         )
     else:

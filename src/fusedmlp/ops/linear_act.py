@@ -109,7 +109,7 @@ def _launch_fwd(x, weight, bias, act, store_pre):
         _fwd_tma_launcher.launch(
             persistent_grid(num_sms(x), m, n),
             x_desc=descriptor(x), w_desc=descriptor(weight), b_ptr=b_ptr, y_desc=descriptor(y),
-            pre_desc=descriptor(pre if store_pre else y), NUM_SMS=num_sms(x),
+            pre_desc=descriptor(pre if store_pre else y),
             **common, **dot_meta(x.dtype),
         )
         return y, pre
@@ -169,7 +169,7 @@ def _launch_fused_dgrad(g, a, weight, dpre_ptr, db_ptr, common):
         _dgrad_tma_launcher.launch(
             persistent_grid(num_sms(g), m, k, "BLOCK_M", "BLOCK_K"),
             g_desc=descriptor(g), a_desc=descriptor(a), w_desc=descriptor(weight), dx_desc=descriptor(dx),
-            dpre_desc=descriptor(dpre_ptr), db_partial_ptr=db_ptr, K=k, NUM_SMS=num_sms(g),
+            dpre_desc=descriptor(dpre_ptr), db_partial_ptr=db_ptr, K=k,
             **common, **dot_meta(g.dtype),
         )
         return dx

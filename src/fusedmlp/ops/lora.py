@@ -128,7 +128,7 @@ def _launch_fwd(x, weight, bias, lora_a, lora_b, xs_given, scale, act, store_pre
             # a separate descriptor object even when A is unused: the pre-hook sets its block shape
             x_desc=descriptor(x), w_desc=descriptor(weight), lora_a_desc=descriptor(lora_a if in_loop else x),
             b_ptr=b_ptr, lora_b_ptr=lora_b, xs_ptr=xs, y_desc=descriptor(y),
-            pre_desc=descriptor(pre if store_pre else y), NUM_SMS=num_sms(x),
+            pre_desc=descriptor(pre if store_pre else y),
             **lora_strides, **common, **dot_meta(x.dtype),
         )
         return y, pre, xs
