@@ -177,6 +177,31 @@ def test_wgrad_row_slices(device, monkeypatch, small_on_chip):
     assert all(torch.equal(a, b) for a, b in zip(*runs)), "weight gradients differ between runs"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_misaligned_products_use_padded_rows_in_place(device, dtype):
+    """The cuBLAS products of a 367-wide input (DLRM's top MLP): b and out are used in place
+    when their rows have aligned padding (whatever it holds: NaN here), and copied otherwise."""
+    from fusedmlp.ops._common import aligned_rows_empty, widened
+
+    a = torch.randn(40, 24, dtype=torch.float64, device=device)
+    b64 = torch.randn(24, 367, dtype=torch.float64, device=device)
+    tol = TOLERANCE[dtype] * 4
+    padded_b = aligned_rows_empty(b64.to(dtype), 24, 367)
+    assert padded_b.stride(0) % (16 // padded_b.element_size()) == 0 and padded_b.stride(0) > 367
+    padded_b._base.fill_(float("nan"))
+    padded_b.copy_(b64)
+    for b in (b64.to(dtype), padded_b):
+        for out in (torch.full((40, 367), float("nan"), dtype=dtype, device=device),
+                    aligned_rows_empty(padded_b, 40, 367)):
+            before = out.data_ptr()
+            mlp_ops._mm_into(a.to(dtype), b, out)
+            assert out.data_ptr() == before
+            assert rel_err(out, a.to(dtype).double() @ b.double()) < tol
+    assert widened(padded_b, padded_b.stride(0)).data_ptr() == padded_b.data_ptr()
+    assert widened(b64, 368) is None, "contiguous rows have no padding"
+    assert widened(padded_b[:, 1:], padded_b.stride(0)) is None, "the last row's padding would pass the storage"
+
+
 def test_empty_batch(device):
     x, weights, biases, _ = make_stack([13, 40, 16], device, batch=(0,))
     for t in [x] + weights + biases:

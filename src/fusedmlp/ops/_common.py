@@ -169,6 +169,27 @@ BWD_MIN_CHUNK_ROWS = 4096
 BWD_CHUNK_BYTES = 256 * 2**20
 
 
+def aligned_rows_empty(like: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """An uninitialised ``[rows, cols]`` tensor whose rows start 16 bytes apart: a view of a
+    buffer with ``cols`` rounded up to a multiple of 16 bytes. GEMM libraries take such a
+    matrix in place (its leading dimension is aligned), where a ``[rows, 367]`` one (DLRM's
+    interaction) costs them a copy or a slow kernel; ``widened`` gets the padded rows back."""
+    align = 16 // like.element_size()
+    return like.new_empty((rows, cols + (-cols % align)))[:, :cols]
+
+
+def widened(t: torch.Tensor, cols: int) -> torch.Tensor | None:
+    """``t``'s rows extended in place to ``cols`` columns (the padding of ``aligned_rows_empty``,
+    whatever it holds), or None where ``t``'s layout or storage does not have them. The extra
+    columns are for products whose matching output columns are dropped."""
+    if t.dim() != 2 or t.stride(1) != 1 or t.stride(0) < cols or t.shape[0] == 0:
+        return None
+    end = t.storage_offset() + (t.shape[0] - 1) * t.stride(0) + cols
+    if end * t.element_size() > t.untyped_storage().nbytes():
+        return None
+    return t.as_strided((t.shape[0], cols), (t.stride(0), 1))
+
+
 def backward_row_chunks(m: int, block_m: int, row_bytes: int = 0) -> list[tuple[int, int]]:
     """(start, stop) row ranges for a backward whose transients take ``row_bytes`` per row.
 

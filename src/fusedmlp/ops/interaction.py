@@ -17,7 +17,7 @@ import triton
 
 from ..kernels.interaction import dot_interaction_bwd_kernel, dot_interaction_fwd_kernel
 from ..kernels.launch import launch
-from ._common import check_same_dtype_device, check_tensor, dot_meta, use_triton
+from ._common import aligned_rows_empty, check_same_dtype_device, check_tensor, dot_meta, use_triton
 
 __all__ = ["dot_interaction", "dot_interaction_reference"]
 
@@ -54,7 +54,7 @@ def _unit_last(t):
 
 def _forward_impl(dense, embedded):
     batch, features, dim = embedded.shape
-    out = dense.new_empty((batch, output_width(features, dim)))
+    out = aligned_rows_empty(dense, batch, output_width(features, dim))  # the top MLP's cuBLAS products read it in place
     if batch == 0:
         return out
     dense, embedded = _unit_last(dense), _unit_last(embedded)
@@ -84,7 +84,7 @@ def _interaction_op(dense: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor
 
 @_interaction_op.register_fake
 def _(dense, embedded):
-    return dense.new_empty((dense.shape[0], output_width(embedded.shape[1], embedded.shape[2])))
+    return aligned_rows_empty(dense, dense.shape[0], output_width(embedded.shape[1], embedded.shape[2]))
 
 
 @torch.library.custom_op("fusedmlp::dot_interaction_backward", mutates_args=())
@@ -133,7 +133,9 @@ def dot_interaction(dense: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor
 
     Returns:
         ``[B, D + (F + 1) F / 2]``: dense, then ``<v_i, v_j>`` for i > j over the vectors
-        ``v = [dense, embedded[:, 0], ..., embedded[:, F-1]]``, row by row.
+        ``v = [dense, embedded[:, 0], ..., embedded[:, F-1]]``, row by row. On the kernel path
+        it is a view whose rows are padded to a multiple of 16 bytes (368 elements for 367),
+        so that the top MLP's GEMMs take it in place; ``.contiguous()`` gives packed rows.
     """
     check_tensor(dense, "dense", ndim=2)
     check_tensor(embedded, "embedded", ndim=3)

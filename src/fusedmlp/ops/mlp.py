@@ -50,6 +50,7 @@ from ..kernels.launch import launch
 from ..kernels.mlp import mlp_dgrad_kernel, mlp_fwd_kernel, mlp_reduce_kernel, mlp_wgrad_kernel
 from ._common import (
     acc_dtypes,
+    aligned_rows_empty,
     autotune_m_key,
     check_bool,
     check_same_dtype_device,
@@ -58,6 +59,7 @@ from ._common import (
     num_sms,
     shared_memory_per_block,
     use_triton,
+    widened,
 )
 from .activations import DERIVATIVE_FROM_OUTPUT, activation_reference, check_activation
 from .linear_act import linear_act
@@ -212,11 +214,21 @@ def _wgrad_slices(m: int, tiles: int, sms: int) -> int:
     return max(1, min(triton.cdiv(m, WGRAD_MIN_SLICE_ROWS), triton.cdiv(_WGRAD_TILES_PER_SM * sms, tiles)))
 
 
+def _new_dx(g, plan: MLPPlan, needs_dx: bool):
+    """dx [M, in] (empty unless needs_dx): contiguous for the dgrad kernel; with 16-byte aligned
+    rows when cuBLAS writes it (an input wider than FULL_MAX), which ``_mm_into`` then does in place."""
+    if not needs_dx:
+        return g.new_empty((0,))
+    if plan.dx_direct:
+        return g.new_empty((g.shape[0], plan.widths[0]))
+    return aligned_rows_empty(g, g.shape[0], plan.widths[0])
+
+
 def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool):
     """(dx, grads): dx [M, in] (empty unless needs_dx); grads the flat dW_0, db_0, dW_1, ... buffer."""
     m = g.shape[0]
     layers = plan.layers
-    dx = g.new_empty((m, plan.widths[0]) if needs_dx else (0,))
+    dx = _new_dx(g, plan, needs_dx)
     acc_torch = acc_dtypes(g.dtype)[1]
     if m == 0:
         return dx, g.new_zeros((plan.total,))
@@ -269,15 +281,27 @@ def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool):
 
 
 def _mm_into(a, b, out):
-    """out = a @ b on cuBLAS. When out's rows are not 16-byte aligned (DLRM's 367-wide
-    interaction, its 13 dense inputs) the product goes to a buffer padded with zero columns of b
-    and is copied: cuBLAS's kernels for misaligned rows run at a fraction of the speed (0.24 ms
-    for the top MLP's dx at batch 65536 in bf16 on an H200)."""
+    """out = a @ b on cuBLAS. When b's and out's rows are not 16-byte aligned (DLRM's 367-wide
+    interaction, its 13 dense inputs), b is padded to aligned rows and the product's extra
+    columns are dropped: cuBLAS's kernels for misaligned rows run at a fraction of the speed
+    (0.24 ms for the top MLP's dx at batch 65536 in bf16 on an H200). b and out are read and
+    written in place when their rows already have the padding (``aligned_rows_empty``: the
+    interaction's output, the dx allocated here; out's padding is overwritten, so callers pass
+    their own allocations); otherwise b is copied padded, and the product goes to a buffer
+    that is copied into out."""
     cols, align = b.shape[1], 16 // b.element_size()
     if cols % align == 0:
         torch.mm(a, b, out=out)
+        return
+    padded = cols + (-cols % align)
+    b_wide = widened(b, padded)
+    if b_wide is None:
+        b_wide = torch.nn.functional.pad(b, (0, padded - cols))
+    out_wide = widened(out, padded)
+    if out_wide is not None:
+        torch.mm(a, b_wide, out=out_wide)
     else:
-        out.copy_(torch.mm(a, torch.nn.functional.pad(b, (0, -cols % align)))[:, :cols])
+        out.copy_(torch.mm(a, b_wide)[:, :cols])
 
 
 # --------------------------------------------------------------------------------------
@@ -332,7 +356,7 @@ def _mlp_backward_op(g: torch.Tensor, x: torch.Tensor, weights: list[torch.Tenso
 @_mlp_backward_op.register_fake
 def _(g, x, weights, biases, saved, y, acts, recompute, needs_dx):
     plan = _plan_of(x, weights, biases, _parse_acts(acts))
-    return g.new_empty((g.shape[0], plan.widths[0]) if needs_dx else (0,)), g.new_empty((plan.total,))
+    return _new_dx(g, plan, needs_dx), g.new_empty((plan.total,))
 
 
 def _split_grads(grads, weights, biases, needs):
