@@ -27,7 +27,7 @@ same bits on every run.
 
 The kernels come in two forms with one epilogue: pointer-based (any strides; the
 interpreter, fp32/fp64 and pre-Hopper GPUs; one program per tile) and ``*_tma`` (tensor
-descriptors for aligned 16-bit inputs on Hopper; persistent: one or two programs per SM walk the
+descriptors for aligned 16-bit inputs on Hopper; persistent: PROGRAMS_PER_SM programs per SM walk the
 tiles in grouped order, so no wave of programs is left partly empty). The TMA forms take
 each weight half, and h and dh, as separate descriptors, so that a tile crossing OUT is
 clipped by the copy engine instead of spilling into the other half.
@@ -182,7 +182,8 @@ def glu_fwd_tma_kernel(
     x_desc, w1_desc, w2_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc,
     M, OUT, K, M_KEY,
     ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_H: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, FLATTEN: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    FLATTEN: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,  # configs.py: _configs
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """``glu_fwd_kernel`` on tensor descriptors, persistent over PROGRAMS_PER_SM programs per SM.
@@ -211,7 +212,8 @@ def glu_bwd_dh_tma_kernel(
     M, OUT, K, KG, M_KEY,
     ACT: tl.constexpr, HAS_BIAS: tl.constexpr, RECOMPUTE: tl.constexpr, G_GEMM: tl.constexpr,
     STORE_Z: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, FLATTEN: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    FLATTEN: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,  # configs.py: _configs
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """``glu_bwd_dh_kernel`` on tensor descriptors, persistent over PROGRAMS_PER_SM programs per SM.

@@ -75,7 +75,8 @@ def linear_act_fwd_tma_kernel(
     x_desc, w_desc, b_ptr, y_desc, pre_desc,
     M, N, K, M_KEY,
     ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_PRE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, FLATTEN: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    FLATTEN: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,  # configs.py: _configs
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """``linear_act_fwd_kernel`` on tensor descriptors, persistent over PROGRAMS_PER_SM programs per SM."""
@@ -186,7 +187,8 @@ def linear_act_dgrad_tma_kernel(
     g_desc, a_desc, w_desc, dx_desc, dpre_desc, db_partial_ptr,
     M, N, K, M_KEY,
     ACT: tl.constexpr, FROM_OUTPUT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_DPRE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, FLATTEN: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    FLATTEN: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,  # configs.py: _configs
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """``linear_act_dgrad_kernel`` on descriptors, persistent over PROGRAMS_PER_SM programs per SM.

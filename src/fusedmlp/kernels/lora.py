@@ -101,7 +101,8 @@ def lora_fwd_tma_kernel(
     stride_lbn, stride_lbr, stride_xsm,
     ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_PRE: tl.constexpr, LORA_IN_LOOP: tl.constexpr,
     R_PAD: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, FLATTEN: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    FLATTEN: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,  # configs.py: _configs
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """``lora_fwd_kernel`` on tensor descriptors, persistent over PROGRAMS_PER_SM programs per SM.

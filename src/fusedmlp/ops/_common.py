@@ -156,7 +156,11 @@ def descriptor(t: torch.Tensor):
 def persistent_grid(sms: int, m: int, n: int, block_m: str = "BLOCK_M", block_n: str = "BLOCK_N"):
     """Grid of a persistent kernel over an [m, n] output: ``PROGRAMS_PER_SM`` (a config's) programs
     per SM, at most one per tile. The kernel strides its tiles by ``tl.num_programs(0)``."""
-    return lambda meta: (min(sms * meta["PROGRAMS_PER_SM"], triton.cdiv(m, meta[block_m]) * triton.cdiv(n, meta[block_n])),)
+    def grid(meta):
+        tiles = triton.cdiv(m, meta[block_m]) * triton.cdiv(n, meta[block_n])
+        return (min(sms * meta["PROGRAMS_PER_SM"], tiles),)
+
+    return grid
 
 
 # Backward passes walk the rows in chunks so that their largest transients (dh, dpre: one row

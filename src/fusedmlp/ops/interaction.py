@@ -54,7 +54,8 @@ def _unit_last(t):
 
 def _forward_impl(dense, embedded):
     batch, features, dim = embedded.shape
-    out = aligned_rows_empty(dense, batch, output_width(features, dim))  # the top MLP's cuBLAS products read it in place
+    # rows padded to 16 bytes: the top MLP's cuBLAS products read them in place
+    out = aligned_rows_empty(dense, batch, output_width(features, dim))
     if batch == 0:
         return out
     dense, embedded = _unit_last(dense), _unit_last(embedded)
