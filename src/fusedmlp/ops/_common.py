@@ -173,13 +173,18 @@ BWD_MIN_CHUNK_ROWS = 4096
 BWD_CHUNK_BYTES = 256 * 2**20
 
 
+def aligned_width(cols: int, element_size: int) -> int:
+    """``cols`` rounded up to a whole number of 16-byte units of ``element_size``-byte elements."""
+    align = 16 // element_size
+    return cols + (-cols % align)
+
+
 def aligned_rows_empty(like: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     """An uninitialised ``[rows, cols]`` tensor whose rows start 16 bytes apart: a view of a
     buffer with ``cols`` rounded up to a multiple of 16 bytes. GEMM libraries take such a
     matrix in place (its leading dimension is aligned), where a ``[rows, 367]`` one (DLRM's
     interaction) costs them a copy or a slow kernel; ``widened`` gets the padded rows back."""
-    align = 16 // like.element_size()
-    return like.new_empty((rows, cols + (-cols % align)))[:, :cols]
+    return like.new_empty((rows, aligned_width(cols, like.element_size())))[:, :cols]
 
 
 def widened(t: torch.Tensor, cols: int) -> torch.Tensor | None:

@@ -51,6 +51,7 @@ from ..kernels.mlp import mlp_dgrad_kernel, mlp_fwd_kernel, mlp_reduce_kernel, m
 from ._common import (
     acc_dtypes,
     aligned_rows_empty,
+    aligned_width,
     autotune_m_key,
     check_bool,
     check_same_dtype_device,
@@ -289,11 +290,11 @@ def _mm_into(a, b, out):
     interaction's output, the dx allocated here; out's padding is overwritten, so callers pass
     their own allocations); otherwise b is copied padded, and the product goes to a buffer
     that is copied into out."""
-    cols, align = b.shape[1], 16 // b.element_size()
-    if cols % align == 0:
+    cols = b.shape[1]
+    padded = aligned_width(cols, b.element_size())
+    if padded == cols:
         torch.mm(a, b, out=out)
         return
-    padded = cols + (-cols % align)
     b_wide = widened(b, padded)
     if b_wide is None:
         b_wide = torch.nn.functional.pad(b, (0, padded - cols))
