@@ -15,7 +15,8 @@ swiglu  a stack of --layers SwiGLU feed-forwards (d=4096, hidden=14336, bf16), f
         projections as nn.Linear + F.silu). With N = 1 the plain modules, with N > 1 each layer
         and the stack under FSDP2 (fully_shard). tokens/s over all ranks.
 Every rank runs the same 30 timed steps (CUDA events, median); rank 0 writes DIR/scaling_{suite}_{N}gpu.json
-(and with --profile DIR/scaling_dlrm_profile_{impl}_{N}gpu.txt: GPU time per kernel).
+(and with --profile DIR/scaling_dlrm_profile_{impl}_{N}gpu.txt: GPU time per kernel; with
+--timeline DIR/scaling_dlrm_timeline_{impl}_{N}gpu.txt: one step's operations, stream by stream).
 
     python benchmarks/scaling.py plot JSON... --out PNG     throughput against GPUs, one line per impl
 """
@@ -66,6 +67,48 @@ def _profile(step, parallel, path: Path, steps: int = 5) -> None:
                         + prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
 
 
+def _timeline(step, parallel, path: Path, steps: int = 4) -> None:
+    """Where one step's GPU time goes, stream by stream: rank 0 writes each kernel, copy and
+    fill of the last of ``steps`` profiled steps (the ranks have settled into step by then:
+    the first one's collectives wait for the rank that started later) with its start and end in
+    us from the step's first GPU operation, its stream and name, then each stream's busy time
+    and the step's span. Steps are told apart by a marker kernel (torch.cuda._sleep) launched
+    before each. Kernels of a CUDA-graph replay are listed too (CUPTI reports them one by one)."""
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            torch.cuda._sleep(100)
+            step()
+        torch.cuda.synchronize()
+    if not parallel.is_main:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        prof.export_chrome_trace(f"{tmp}/trace.json")
+        trace = json.loads(Path(f"{tmp}/trace.json").read_text())
+    ops = sorted((e["ts"], e["ts"] + e["dur"], e["args"].get("stream", "?"), e["name"])
+                 for e in trace["traceEvents"]
+                 if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    markers = [i for i, op in enumerate(ops) if "spin_kernel" in op[3]]
+    ops = ops[markers[-1] + 1:] if markers else ops
+    if not ops:
+        path.write_text("no GPU operations recorded\n")
+        return
+    origin = ops[0][0]
+    lines = [f"step {steps} of {steps}, rank 0 of {parallel.world}: start_us end_us stream name"]
+    lines += [f"{start - origin:9.1f} {end - origin:9.1f} {stream!s:>6} {name[:90]}" for start, end, stream, name in ops]
+    busy = {}
+    for start, end, stream, _ in ops:
+        busy[stream] = busy.get(stream, 0.0) + end - start
+    lines += [f"stream {stream}: {us:.1f} us busy" for stream, us in sorted(busy.items(), key=lambda kv: str(kv[0]))]
+    lines.append(f"span: {max(end for _, end, _, _ in ops) - origin:.1f} us")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
 def dlrm_row(impl, args, parallel) -> dict:
     from fusedmlp.bench.suites.dlrm import _inputs, _model
     from fusedmlp.dlrm.train import DLRMOptimizer, GraphedTrainStep, train_step
@@ -90,6 +133,8 @@ def dlrm_row(impl, args, parallel) -> dict:
     ms = _median_step_ms(step)
     if args.profile and base != "fused_graph":
         _profile(step, parallel, Path(args.out) / f"scaling_dlrm_profile_{impl}_{parallel.world}gpu.txt")
+    if args.timeline:
+        _timeline(step, parallel, Path(args.out) / f"scaling_dlrm_timeline_{impl}_{parallel.world}gpu.txt")
     return {"suite": "dlrm", "impl": impl, "gpus": parallel.world, "batch_per_gpu": args.batch,
             "dtype": args.dtype, "ms": ms, "samples_per_s": global_batch / (ms * 1e-3)}
 
@@ -173,6 +218,8 @@ def main():
     parser.add_argument("--impls", default=None)
     parser.add_argument("--profile", action="store_true",
                         help="dlrm: also write the GPU time per kernel of 5 steps of each impl but fused_graph")
+    parser.add_argument("--timeline", action="store_true",
+                        help="dlrm: also write one step's GPU operations, stream by stream, of each impl")
     args = parser.parse_args()
     args.impls = args.impls or ("fused,fused_graph,eager_sparse" if args.suite == "dlrm" else "fused,eager")
     parallel, device = DataParallel.from_environment("cuda")

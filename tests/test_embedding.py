@@ -91,11 +91,13 @@ def test_indices_outside_their_table():
 def test_sums_per_row_for_the_exchange(dtype):
     """The per-rank (row, sum) lists the data-parallel backward exchanges: one entry per distinct
     key (the out-of-table key included), sums against float64, the tail padded with that key;
-    runs of a hot row cross the update kernel's 128-lookup blocks."""
-    rows, dim, lookups = 50, 5, 700
+    runs of a hot row cross the update kernel's 128-lookup blocks and the distinct-keys
+    kernel's 1024-lookup blocks."""
+    rows, dim, lookups = 50, 5, 2500
     keys = torch.randint(0, 12, (lookups,), device=DEVICE)
     keys[::9] = rows  # lookups outside their table
     keys[:300] = 3  # a hot row
+    keys[1000:1100] = 4  # a row whose lookups sort across a distinct-keys block boundary
     keys = keys.to(torch.int32)
     grad = torch.randn(lookups, dim, device=DEVICE).to(dtype)
     bound = 20

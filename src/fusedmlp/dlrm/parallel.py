@@ -108,10 +108,9 @@ class DataParallel:
         if dense:
             flat = torch.cat([g.reshape(-1) for g in dense])
             dist.all_reduce(flat, group=self.group)
-            offset = 0
-            for g in dense:
-                g.copy_(flat[offset:offset + g.numel()].view_as(g))
-                offset += g.numel()
+            # one copy kernel back into every gradient (a captured step had one node per tensor)
+            parts = flat.split([g.numel() for g in dense])
+            torch._foreach_copy_(dense, [part.view_as(g) for part, g in zip(parts, dense)])
         for p in model.parameters():
             if p.grad is not None and p.grad.is_sparse:
                 p.grad = self._sum_sparse(p.grad)

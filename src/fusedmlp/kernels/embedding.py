@@ -11,8 +11,9 @@ so no gradient of the tables is ever formed.
              Adagrad  s_r += g_r * g_r;  w_r -= lr g_r / (sqrt(s_r) + eps)   (elementwise, like
                       torch.optim.Adagrad; s is rounded to its dtype before the square root, as there)
 
-The backward takes three launches and is deterministic:
- 1. torch.sort (stable) of the keys, so that the lookups of one row form one run;
+The update takes three launches and is deterministic:
+ 1. torch.sort (stable) of the keys, so that the lookups of one row form one run (it needs the
+    keys alone, so the forward does it: ops/embedding.py's update plan);
  2. ``embedding_segment_update_kernel``: each program takes BLOCK_P consecutive sorted lookups,
     gathers their gradient rows and runs a segmented prefix sum over them (tl.associative_scan,
     restarting at each new row and at the block's first lookup). A run that starts and ends
@@ -30,8 +31,9 @@ device tensor of that dtype (``hyper_ptr``: [lr, eps]): a float argument would r
 fp32, and a tensor can change between replays of a captured step.
 
 Data-parallel tables (ops/embedding.py): each rank first sums its own lookups per row (steps
-1-3 into a zero buffer), the ranks gather each other's lists of (row, sum), every list sorted
-by row with no row twice and padded with R at the end, and ``embedding_merged_update_kernel``
+1-3 into a zero buffer; ``embedding_distinct_keys_kernel`` lists the distinct keys), the ranks
+gather each other's lists of (row, sum), every list sorted by row with no row twice and padded
+with R at the end, and ``embedding_merged_update_kernel``
 applies the update from those WORLD lists directly: an entry of rank r whose row no earlier
 rank holds adds the sums of the later ranks that hold it (binary searches in their lists),
 in rank order, and updates the row. No second sort: the lists are sorted already.
@@ -163,6 +165,20 @@ def embedding_carried_update_kernel(
         rows = tl.zeros([1], tl.int64) + key
         _update_rows(weight_ptr, state_ptr, rows, total[None, :].to(ACC_DTYPE), rows >= 0, hyper_ptr, stride_w, stride_s,
                      D, D_PAD, OPTIMIZER)
+
+
+@triton.jit
+def embedding_distinct_keys_kernel(sorted_keys_ptr, run_ptr, distinct_ptr, N, BLOCK: tl.constexpr):
+    """distinct[run[i]] = sorted_keys[i] at the first lookup of each run (i = 0, or a key unlike
+    the one before): one store per distinct key. (A scatter from every lookup stores a hot
+    row's key once per lookup, to one address: 62 us at DLRM's 1.7M lookups on an H200.)"""
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    valid = i < N
+    key = tl.load(sorted_keys_ptr + i, mask=valid)
+    before = tl.load(sorted_keys_ptr + i - 1, mask=valid & (i > 0), other=-1)  # keys are >= 0
+    first = valid & (key != before)
+    run = tl.load(run_ptr + i, mask=first, other=0)
+    tl.store(distinct_ptr + run, key, mask=first)
 
 
 @triton.jit

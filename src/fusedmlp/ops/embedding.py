@@ -24,8 +24,8 @@ import torch.nn.functional as F
 import triton
 
 from ..kernels.embedding import (OPTIMIZER_ADAGRAD, OPTIMIZER_SGD, embedding_carried_update_kernel,
-                                 embedding_gather_kernel, embedding_merged_update_kernel,
-                                 embedding_segment_update_kernel)
+                                 embedding_distinct_keys_kernel, embedding_gather_kernel,
+                                 embedding_merged_update_kernel, embedding_segment_update_kernel)
 from .._distributed import gather_padded, world_size
 from ..kernels.launch import launch
 from ._common import acc_dtypes, check_tensor, use_triton
@@ -36,6 +36,7 @@ _KINDS = {"sgd": OPTIMIZER_SGD.value, "adagrad": OPTIMIZER_ADAGRAD.value}
 _GATHER_ELEMENTS = 4096  # elements of the [lookups, D_PAD] tile of a gather program
 _BLOCK_P = 128           # sorted lookups per program of the update
 _W_BLOCKS = 64           # earlier blocks read at once when finishing a run that crosses blocks
+_DISTINCT_BLOCK = 1024   # sorted lookups per program of the distinct-keys listing
 
 
 @dataclass
@@ -192,30 +193,79 @@ def _row_bound(lookups: int, batch: int, optimizer: SparseOptimizer) -> int:
     return min(lookups, sum(min(batch, rows) for rows in optimizer.table_rows)) + 1
 
 
+def _distinct_runs(keys, rows: int, distinct):
+    """The keys' stable sort as runs: ``(run [L], order [L])``; ``run`` numbers each sorted
+    lookup's key among the distinct keys, ``order`` is the sort's permutation of the lookups.
+    Writes the ascending distinct keys into ``distinct`` [bound] (contiguous, the keys' dtype),
+    its unused tail padded with the out-of-table key ``rows``."""
+    sorted_keys, order = torch.sort(keys, stable=True)  # stable: a fixed order of additions
+    starts = torch.ones_like(sorted_keys, dtype=torch.bool)
+    starts[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    run = torch.cumsum(starts, 0, dtype=torch.int32) - 1
+    distinct.fill_(rows)
+    if keys.numel():
+        launch(embedding_distinct_keys_kernel, (triton.cdiv(keys.numel(), _DISTINCT_BLOCK),), sorted_keys, run,
+               distinct, keys.numel(), BLOCK=_DISTINCT_BLOCK, num_warps=4)
+    return run, order
+
+
+def _sum_runs(grad, run, order, sums) -> None:
+    """The gradients summed per run into ``sums`` [bound, D] (zeros, grad's dtype; a view with
+    rows apart may do), added in the accumulation dtype and rounded once. The update kernels do
+    the summing, deterministically: SGD with lr = -1 into the zeros (each run's row written once)."""
+    if run.numel():
+        minus_one = grad.new_full((2,), -1.0, dtype=acc_dtypes(grad.dtype)[1])  # [lr, eps]; a fill, no host copy
+        _segment_launches(run, order, grad, sums, sums, sums.shape[0], minus_one, "sgd")
+
+
 def _sums_per_row(grad, keys, rows: int, bound: int):
     """This rank's gradients summed per key: ``(keys [bound], sums [bound, D])``, the sums
     added in the accumulation dtype and rounded once to grad's dtype (what the ranks send), the
-    unused tail padded with the out-of-table key ``rows``. On the GPU path the update kernels do
-    the summing, deterministically: SGD with lr = -1 into a zero buffer (each row written once),
-    each lookup's key replaced by its run number in the sorted keys."""
-    acc_torch = acc_dtypes(grad.dtype)[1]
-    out_keys = keys.new_full((bound,), rows)
+    unused tail padded with the out-of-table key ``rows``."""
+    out_keys = keys.new_empty((bound,))
     if not use_triton(grad):
+        out_keys.fill_(rows)
         distinct, inverse = torch.unique(keys, return_inverse=True)
         out_keys[:len(distinct)] = distinct
+        acc_torch = acc_dtypes(grad.dtype)[1]
         sums = grad.new_zeros((bound, grad.shape[1]), dtype=acc_torch).index_add_(0, inverse, grad.to(acc_torch))
         return out_keys, sums.to(grad.dtype)
+    run, order = _distinct_runs(keys, rows, out_keys)
     sums = grad.new_zeros((bound, grad.shape[1]))
-    if keys.numel() == 0:  # a rank without rows in this step (a short last batch)
-        return out_keys, sums
-    sorted_keys, order = torch.sort(keys, stable=True)
-    starts = torch.ones_like(sorted_keys, dtype=torch.bool)
-    starts[1:] = sorted_keys[1:] != sorted_keys[:-1]
-    run = torch.cumsum(starts, 0, dtype=torch.int32) - 1  # sorted as the keys are, one run per key
-    out_keys.scatter_(0, run.long(), sorted_keys)
-    minus_one = grad.new_full((2,), -1.0, dtype=acc_torch)  # [lr, eps]; a fill, no host copy (graph capture)
-    _segment_launches(run, order, grad, sums, sums, bound, minus_one, "sgd")
+    _sum_runs(grad, run, order, sums)
     return out_keys, sums
+
+
+@dataclass
+class _UpdatePlan:
+    """What the update needs from the keys alone, made by the forward: on the side stream when
+    the update overlaps, where it runs alongside the dense forward, so that the backward's
+    update starts from the gradients (the sort of 1.7M keys took 120 us of DLRM's backward).
+    One rank: ``segment_keys`` are the sorted keys. Several: the runs of ``_distinct_runs``,
+    the ranks' distinct keys, already gathered (``exchanged_keys`` [world * longest]), and the
+    zeroed buffer of this rank's sums (``sums`` [longest, D], the table's dtype)."""
+
+    order: torch.Tensor
+    segment_keys: torch.Tensor
+    exchanged_keys: torch.Tensor | None = None
+    longest: int = 0
+    sums: torch.Tensor | None = None
+
+
+def _update_plan(keys, weight, batch: int, optimizer: SparseOptimizer) -> _UpdatePlan | None:
+    """The plan of the Triton path (None on PyTorch's, which does it all in the backward)."""
+    if not use_triton(keys):
+        return None
+    if world_size(optimizer.group) == 1:
+        sorted_keys, order = torch.sort(keys, stable=True)  # stable: a fixed order of additions
+        return _UpdatePlan(order, sorted_keys)
+    # each rank sends one (row, sum) per distinct key, not one per lookup (a third as much at
+    # DLRM's Kaggle table sizes and 65536 rows per rank); the out-of-table key pads the list
+    rows, dim = weight.shape
+    distinct = keys.new_empty((_row_bound(keys.numel(), batch, optimizer),))
+    run, order = _distinct_runs(keys, rows, distinct)
+    exchanged, longest = gather_padded(distinct, rows, optimizer.group)
+    return _UpdatePlan(order, run, exchanged, longest, weight.new_zeros((longest, dim)))
 
 
 def _state_and_hyper(weight, optimizer: SparseOptimizer):
@@ -239,41 +289,60 @@ def _merged_update(keys, sums, weight, optimizer: SparseOptimizer, world: int) -
            OPTIMIZER=_KINDS[optimizer.kind], ACC_DTYPE=acc_dtypes(weight.dtype)[0], num_warps=4)
 
 
-def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer) -> None:
-    """The optimizer step of the lookups ``keys`` [B * T] with gradients ``grad_out`` [B, T, D]."""
+def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer, plan: _UpdatePlan | None = None) -> None:
+    """The optimizer step of the lookups ``keys`` [B * T] with gradients ``grad_out`` [B, T, D]
+    (``plan``: the forward's ``_update_plan`` of these keys, made here when not given)."""
     rows, dim = weight.shape
     grad = grad_out.reshape(keys.numel(), dim)
     if grad.dtype != weight.dtype:
         grad = grad.to(weight.dtype)
+    if use_triton(weight):
+        plan = plan or _update_plan(keys, weight, grad_out.shape[0], optimizer)
+        state, hyper = _state_and_hyper(weight, optimizer)
+        if plan.exchanged_keys is None:
+            if keys.numel():
+                _segment_launches(plan.segment_keys, plan.order, grad.contiguous(), weight, state, rows, hyper,
+                                  optimizer.kind)
+            return
+        # the sums come in the table's dtype: for bf16 tables half the bytes of fp32 sums, at the
+        # cost of one rounding of each rank's sum (eager PyTorch sums bf16 sparse gradients in bf16)
+        _sum_runs(grad.contiguous(), plan.segment_keys, plan.order, plan.sums)
+        sums = gather_padded(plan.sums, 0, optimizer.group, plan.longest)[0]
+        # the ranks' lists are sorted: merged as they are, no second sort
+        _merged_update(plan.exchanged_keys, sums, weight, optimizer, world_size(optimizer.group))
+        return
     world = world_size(optimizer.group)
     if world > 1:
-        # each rank sends one (row, sum) per distinct key, not one per lookup (a third as much
-        # at DLRM's Kaggle table sizes and 65536 rows per rank); the out-of-table key pads.
-        # The sums come in the table's dtype: for bf16 tables half the bytes of fp32 sums, at the
-        # cost of one rounding of each rank's sum (eager PyTorch sums bf16 sparse gradients in bf16)
         keys, grad = _sums_per_row(grad, keys, rows, _row_bound(keys.numel(), grad_out.shape[0], optimizer))
         keys, longest = gather_padded(keys, rows, optimizer.group)
         grad = gather_padded(grad, 0, optimizer.group, longest)[0]
-        if use_triton(weight):  # the ranks' lists are sorted: merged as they are, no second sort
-            _merged_update(keys, grad, weight, optimizer, world)
-            return
-    lookups = keys.numel()
-    if lookups == 0:
+    if keys.numel() == 0:
         return
-    grad = grad.contiguous()
-    if not use_triton(weight):
-        touched = keys < rows
-        rows_hit, inverse = torch.unique(keys[touched].long(), return_inverse=True)
-        summed = grad.new_zeros((len(rows_hit), dim), dtype=acc_dtypes(weight.dtype)[1])
-        _apply_rows(weight, rows_hit, summed.index_add_(0, inverse, grad[touched].to(summed.dtype)), optimizer)
-        return
-    sorted_keys, order = torch.sort(keys, stable=True)  # stable: a fixed order of additions
-    state, hyper = _state_and_hyper(weight, optimizer)
-    _segment_launches(sorted_keys, order, grad, weight, state, rows, hyper, optimizer.kind)
+    touched = keys < rows
+    rows_hit, inverse = torch.unique(keys[touched].long(), return_inverse=True)
+    summed = grad.new_zeros((len(rows_hit), dim), dtype=acc_dtypes(weight.dtype)[1])
+    _apply_rows(weight, rows_hit, summed.index_add_(0, inverse, grad[touched].to(summed.dtype)), optimizer)
+
+
+def _aside(optimizer: SparseOptimizer, device, work, *used: torch.Tensor):
+    """``work()`` on the optimizer's side stream, after what the current stream has queued;
+    ``used``: tensors of the current stream that it reads. The side stream is left pending
+    (joined by ``optimizer.wait()``: the next lookup, or the caller's)."""
+    side = optimizer.side_stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        result = work()
+    # made on the current stream and freed there once autograd lets go of them: the allocator
+    # must not hand their memory out again before the side stream is done with them
+    for tensor in used:
+        tensor.record_stream(side)
+    optimizer._pending = side
+    return result
 
 
 class _LookupFunction(torch.autograd.Function):
-    """Forward: the gather (and the keys). Backward: the fused update; no gradient flows back."""
+    """Forward: the gather, the keys and the update's plan. Backward: the fused update; no
+    gradient flows back."""
 
     @staticmethod
     def forward(ctx, weight, table_offsets, indices, optimizer):
@@ -281,27 +350,28 @@ class _LookupFunction(torch.autograd.Function):
         ctx.save_for_backward(keys)
         # the weight is updated in place by the backward, so it is held, not saved (no version check)
         ctx.weight, ctx.optimizer = weight, optimizer
+        plan = lambda: _update_plan(keys, weight, indices.shape[0], optimizer)  # noqa: E731
+        ctx.plan = _aside(optimizer, keys.device, plan, keys) if _overlaps(optimizer, keys) else plan()
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
         (keys,) = ctx.saved_tensors
-        optimizer = ctx.optimizer
-        if not (optimizer.overlap and grad_out.is_cuda):
-            _sparse_update(grad_out, keys, ctx.weight, optimizer)
-            return None, None, None, None
-        optimizer.wait()  # a previous backward's update (two backwards without a lookup between)
-        side = optimizer.side_stream(grad_out.device)
-        side.wait_stream(torch.cuda.current_stream(grad_out.device))
-        with torch.cuda.stream(side):
-            _sparse_update(grad_out, keys, ctx.weight, optimizer)
-        # made on the autograd stream and freed there once the backward lets go of them: the
-        # allocator must not hand their memory out again before the side stream is done
-        grad_out.record_stream(side)
-        keys.record_stream(side)
-        optimizer._pending = side
+        optimizer, plan = ctx.optimizer, ctx.plan
+        update = lambda: _sparse_update(grad_out, keys, ctx.weight, optimizer, plan)  # noqa: E731
+        # a previous backward's update (two backwards without a lookup between), or this plan
+        optimizer.wait()
+        if _overlaps(optimizer, grad_out):
+            _aside(optimizer, grad_out.device, update, grad_out, keys)
+        else:
+            update()
+        ctx.plan = None
         return None, None, None, None
+
+
+def _overlaps(optimizer: SparseOptimizer, t: torch.Tensor) -> bool:
+    return optimizer.overlap and t.is_cuda
 
 
 def _check(weight, table_offsets, indices, optimizer, check_bounds: bool):
