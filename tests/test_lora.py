@@ -47,6 +47,13 @@ def run_check(tensors64, g64, dtype, activation, scale=0.75, save_preact=False, 
     tensors64 = [None if t is None else t.detach().to(dtype).double().requires_grad_(t.requires_grad)
                  for t in tensors64]
     tensors = transform([None if t is None else t.detach().to(dtype) for t in tensors64])
+    if activation == "relu":
+        # g is zeroed where the float64 pre-activation lies within 1e-5 RMS of relu's kink: the
+        # derivative jumps there and fp32 rounding may land on either side (one such element
+        # in 12000 moved an fp32 dx by 1.6e-3, a discontinuity of the function, not a kernel error)
+        with torch.no_grad():
+            pre = rounded_reference(dtype)(*tensors64, scale, "identity")
+            g64 = torch.where(pre.abs() > 1e-5 * pre.pow(2).mean().sqrt(), g64, 0.0)
     check_against_float64(
         lambda x, w, b, a, lb: fusedmlp.lora_linear(x, w, b, a, lb, scale, activation, save_preact=save_preact),
         lambda x, w, b, a, lb: rounded_reference(dtype)(x, w, b, a, lb, scale, activation),
