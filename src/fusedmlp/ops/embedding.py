@@ -56,7 +56,9 @@ class SparseOptimizer:
         length of the exchanged lists; without it the bound is the number of lookups.
     overlap: on a GPU, run the update (and the ranks' exchange) on a side stream, so that it
         overlaps whatever the backward does after it (DLRM: the bottom MLP's backward, the
-        dense all-reduce, the dense optimizer step). The tables are then final only after
+        dense all-reduce, the dense optimizer step); its part that needs the keys alone (the
+        sort, the ranks' key exchange) runs there during the forward, alongside the rest of
+        the forward and the backward before the lookup's. The tables are then final only after
         ``wait()``, which makes the current stream wait for the update; the next lookup
         through this optimizer waits by itself. Call ``wait()`` before reading the tables in
         any other way, and before the end of a CUDA-graph capture.
