@@ -212,8 +212,8 @@ def _distinct_runs(keys, rows: int, distinct):
 
 
 def _sum_runs(grad, run, order, sums) -> None:
-    """The gradients summed per run into ``sums`` [bound, D] (zeros, grad's dtype; a view with
-    rows apart may do), added in the accumulation dtype and rounded once. The update kernels do
+    """The gradients summed per run into ``sums`` [bound, D] (zeros, grad's dtype), added in
+    the accumulation dtype and rounded once. The update kernels do
     the summing, deterministically: SGD with lr = -1 into the zeros (each run's row written once)."""
     if run.numel():
         minus_one = grad.new_full((2,), -1.0, dtype=acc_dtypes(grad.dtype)[1])  # [lr, eps]; a fill, no host copy
@@ -250,7 +250,6 @@ class _UpdatePlan:
     order: torch.Tensor
     segment_keys: torch.Tensor
     exchanged_keys: torch.Tensor | None = None
-    longest: int = 0
     sums: torch.Tensor | None = None
 
 
@@ -267,7 +266,7 @@ def _update_plan(keys, weight, batch: int, optimizer: SparseOptimizer) -> _Updat
     distinct = keys.new_empty((_row_bound(keys.numel(), batch, optimizer),))
     run, order = _distinct_runs(keys, rows, distinct)
     exchanged, longest = gather_padded(distinct, rows, optimizer.group)
-    return _UpdatePlan(order, run, exchanged, longest, weight.new_zeros((longest, dim)))
+    return _UpdatePlan(order, run, exchanged, weight.new_zeros((longest, dim)))
 
 
 def _state_and_hyper(weight, optimizer: SparseOptimizer):
@@ -309,7 +308,8 @@ def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer, plan: _Up
         # the sums come in the table's dtype: for bf16 tables half the bytes of fp32 sums, at the
         # cost of one rounding of each rank's sum (eager PyTorch sums bf16 sparse gradients in bf16)
         _sum_runs(grad.contiguous(), plan.segment_keys, plan.order, plan.sums)
-        sums = gather_padded(plan.sums, 0, optimizer.group, plan.longest)[0]
+        # as long as the longest rank's list already: no padding, no lengths exchanged
+        sums = gather_padded(plan.sums, 0, optimizer.group, longest=plan.sums.shape[0])[0]
         # the ranks' lists are sorted: merged as they are, no second sort
         _merged_update(plan.exchanged_keys, sums, weight, optimizer, world_size(optimizer.group))
         return
