@@ -202,6 +202,32 @@ def test_misaligned_products_use_padded_rows_in_place(device, dtype):
     assert widened(padded_b[:, 1:], padded_b.stride(0)) is None, "the last row's padding would pass the storage"
 
 
+def _nan_padded_rows(x):
+    """x copied into rows with aligned padding that holds NaN (DLRM's interaction output)."""
+    from fusedmlp.ops._common import aligned_rows_empty
+
+    rows = aligned_rows_empty(x, x.shape[0], x.shape[1])
+    rows._base.fill_(float("nan"))
+    return rows.copy_(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_unaligned_wide_input_padded_first_weight(device, dtype, small_on_chip):
+    """A 70-wide input: W_0 reaches the forward kernel with zero columns up to 72 (16-byte
+    rows), the kernel told x's real width; x is read in place, NaN in its rows' padding must
+    not leak, and contiguous rows work as well. Inputs narrower than ALIGN_MIN_WIDTH are left
+    as they are."""
+    w0 = torch.randn(80, 70, device=device).to(dtype)
+    x = torch.randn(37, 70, device=device).to(dtype)
+    w_wide, cols = mlp_ops._aligned_first_weight(x, w0)
+    assert cols == 70 and w_wide.shape == (80, 72) and w_wide.is_contiguous()
+    assert torch.equal(w_wide[:, :70], w0) and torch.count_nonzero(w_wide[:, 70:]) == 0
+    narrow = w0[:, :13]
+    assert mlp_ops._aligned_first_weight(x[:, :13], narrow) == (narrow, None)
+    for x_transform in (_nan_padded_rows, None):
+        check_stack([70, 80, 24, 1], device, dtype, "relu", "sigmoid", g_offset=1.0, x_transform=x_transform)
+
+
 def test_empty_batch(device):
     x, weights, biases, _ = make_stack([13, 40, 16], device, batch=(0,))
     for t in [x] + weights + biases:

@@ -95,17 +95,26 @@ _LINEAR_DPRE_TILES = [
 # bottom MLP at 65536 rows 73 us, against 117 us for the best mma.sync tile), and the dgrad
 # runs mma.sync tiles only (149 us against 125 us there). tests/test_mlp.py runs every config
 # on the stacks above (test_every_config_on_gpu).
+#
+# BLOCK_C is the width of a streamed layer's chunks. The forward's 128 x 128 tile on 8 warps
+# (3 stages) is for wide inputs on aligned rows: DLRM's top MLP re-reads its x rows once per
+# chunk, and at 65536 rows, on the interaction's padded rows, it ran in 211 us against 277 us
+# for 64 x 64 on 4 warps; on contiguous 367-wide rows (2-byte loads of x) it is the slowest,
+# 563 against 306 us, so the tuner's choice depends on the input (H200, bf16, CUDA-graph
+# timing, `benchmarks/mlp_fwd_sweep.py`). 64 x 256 tiles on 8 warps were as fast in a sweep
+# but are among the miscompiled configs above.
 _MLP_FWD_TILES = [
-    ({"BLOCK_M": 64}, 4, 2),
-    ({"BLOCK_M": 32}, 4, 2),
-    ({"BLOCK_M": 16}, 4, 2),
-    ({"BLOCK_M": 128}, 8, 2),
+    ({"BLOCK_M": 64, "BLOCK_C": 64}, 4, 2),
+    ({"BLOCK_M": 128, "BLOCK_C": 128}, 8, 3),
+    ({"BLOCK_M": 32, "BLOCK_C": 64}, 4, 2),
+    ({"BLOCK_M": 16, "BLOCK_C": 64}, 4, 2),
+    ({"BLOCK_M": 128, "BLOCK_C": 64}, 8, 2),
 ]
 _MLP_DGRAD_TILES = [
-    ({"BLOCK_M": 32}, 2, 2),
-    ({"BLOCK_M": 32}, 4, 2),
-    ({"BLOCK_M": 16}, 2, 2),
-    ({"BLOCK_M": 16}, 4, 2),
+    ({"BLOCK_M": 32, "BLOCK_C": 64}, 2, 2),
+    ({"BLOCK_M": 32, "BLOCK_C": 64}, 4, 2),
+    ({"BLOCK_M": 16, "BLOCK_C": 64}, 2, 2),
+    ({"BLOCK_M": 16, "BLOCK_C": 64}, 4, 2),
 ]
 
 # Block shape of each tensor-descriptor argument, by argument name, as meta-parameter names.
@@ -159,10 +168,12 @@ LINEAR_DPRE_CONFIGS = _configs(_LINEAR_DPRE_TILES)
 MLP_FWD_CONFIGS = _configs(_MLP_FWD_TILES)
 MLP_DGRAD_CONFIGS = _configs(_MLP_DGRAD_TILES)
 # fp64 on GPU: no tensor cores and 8-byte elements; small tiles keep it out of local memory.
-FP64_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
+FP64_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "BLOCK_C": 64, "GROUP_M": 8, "num_warps": 4,
+               "num_stages": 2}
 # The interpreter's cost is per program: larger tiles, one config (the persistent kernels run
 # there when tests force them).
-INTERPRET_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "FLATTEN": False, "PROGRAMS_PER_SM": 1}
+INTERPRET_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "BLOCK_C": 32, "GROUP_M": 4, "FLATTEN": False,
+                    "PROGRAMS_PER_SM": 1}
 
 
 class Launcher:

@@ -26,10 +26,12 @@ rest, so layers have roles, chosen by the host (ops/mlp.py):
 - ``streamed_out``: a wide last layer, written to y chunk by chunk.
 
 Layer 0 reads x from memory through the shared main loop (kernels/gemm.py) in ``BLOCK_IN``
-steps, so the input width is free (13 or 367: the masks pad it; the caller never pads). A
-streamed layer 0 re-reads its x rows once per chunk (they stay in L1/L2). Padded columns of a
-tile carry ``act(0)`` (0.5 for a sigmoid), harmless: the next layer's weight tile is
-masked to zero there.
+steps, so the input width is free (13 or 367: the masks pad it). A streamed layer 0 re-reads
+its x rows once per chunk (they stay in L1/L2). For a wide input of unaligned width (367)
+the host pads W_0's rows to a multiple of 16 bytes, ``WIDTHS[0]`` is that padded width and
+``X_COLS`` the real one (ops/mlp.py): W_0, and x where its rows are aligned, are then read in
+16-byte vectors instead of 2-byte loads. Padded columns of a tile carry ``act(0)`` (0.5 for
+a sigmoid), harmless: the next layer's weight tile is masked to zero there.
 
 **Backward** with ``g = dL/dy``, ``d_i = dL/dz_i``:
 
@@ -114,7 +116,7 @@ def _store_block(ptr, block, rows, mask_rows, cols, N: tl.constexpr, UPCAST: tl.
 @triton.jit
 def _pre_activation(
     h, x_ptr, w_ptr, rows, mask_rows, cols, stride_xm, stride_xk,
-    K: tl.constexpr, N: tl.constexpr, K_PAD: tl.constexpr, FROM_X: tl.constexpr,
+    K: tl.constexpr, N: tl.constexpr, K_PAD: tl.constexpr, FROM_X: tl.constexpr, X_COLS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
@@ -124,7 +126,7 @@ def _pre_activation(
         acc, _ = xwT_mainloop(
             x_ptr, w_ptr, w_ptr, rows, mask_rows, cols, mask_cols, cols, mask_cols,
             K, stride_xm, stride_xk, K, 1, K, 1,
-            BLOCK_M, BLOCK_N, 16, BLOCK_K, False, ACC_DTYPE, DOT_PRECISION, UPCAST,
+            BLOCK_M, BLOCK_N, 16, BLOCK_K, False, ACC_DTYPE, DOT_PRECISION, UPCAST, X_COLS,
         )
     else:
         k = tl.arange(0, K_PAD)
@@ -149,21 +151,23 @@ def _finish_layer(acc, b_ptr, saved_ptr, rows, mask_rows, cols, N: tl.constexpr,
 @triton.jit
 def _layer_columns(
     h, x_ptr, w_ptr, b_ptr, saved_ptr, rows, mask_rows, cols, stride_xm, stride_xk,
-    K: tl.constexpr, N: tl.constexpr, K_PAD: tl.constexpr, FROM_X: tl.constexpr, HAS_BIAS: tl.constexpr,
+    K: tl.constexpr, N: tl.constexpr, K_PAD: tl.constexpr, FROM_X: tl.constexpr, X_COLS: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
     ACT: tl.constexpr, SAVE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_IN: tl.constexpr,
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """``act(z)[:, cols]`` of one layer (fp32), z or act(z) written for the backward per SAVE."""
     acc = _pre_activation(h, x_ptr, w_ptr, rows, mask_rows, cols, stride_xm, stride_xk, K, N, K_PAD, FROM_X,
-                          BLOCK_M, BLOCK_N, BLOCK_IN, ACC_DTYPE, DOT_PRECISION, UPCAST)
+                          X_COLS, BLOCK_M, BLOCK_N, BLOCK_IN, ACC_DTYPE, DOT_PRECISION, UPCAST)
     return _finish_layer(acc, b_ptr, saved_ptr, rows, mask_rows, cols, N, HAS_BIAS, ACT, SAVE, ACC_DTYPE, UPCAST)
 
 
 @triton.jit
 def _streamed_into_output(
     h, x_ptr, w_ptr, b_ptr, saved_ptr, y_ptr, rows, mask_rows, stride_xm, stride_xk,
-    K: tl.constexpr, N: tl.constexpr, K_PAD: tl.constexpr, FROM_X: tl.constexpr, HAS_BIAS: tl.constexpr,
+    K: tl.constexpr, N: tl.constexpr, K_PAD: tl.constexpr, FROM_X: tl.constexpr, X_COLS: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
     ACT: tl.constexpr, SAVE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_IN: tl.constexpr,
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
@@ -172,8 +176,8 @@ def _streamed_into_output(
     for c in range(0, N, BLOCK_C):
         cols = c + tl.arange(0, BLOCK_C)
         a = _layer_columns(h, x_ptr, w_ptr, b_ptr, saved_ptr, rows, mask_rows, cols, stride_xm, stride_xk, K, N,
-                           K_PAD, FROM_X, HAS_BIAS, ACT, SAVE, BLOCK_M, BLOCK_C, BLOCK_IN, ACC_DTYPE, DOT_PRECISION,
-                           UPCAST)
+                           K_PAD, FROM_X, X_COLS, HAS_BIAS, ACT, SAVE, BLOCK_M, BLOCK_C, BLOCK_IN, ACC_DTYPE,
+                           DOT_PRECISION, UPCAST)
         _store_block(y_ptr, a, rows, mask_rows, cols, N, UPCAST)
 
 
@@ -181,7 +185,8 @@ def _streamed_into_output(
 def _streamed_pair(
     h, x_ptr, w_ptr, b_ptr, saved_ptr, w_next_ptr, b_next_ptr, saved_next_ptr, rows, mask_rows,
     stride_xm, stride_xk,
-    K: tl.constexpr, N: tl.constexpr, K_PAD: tl.constexpr, FROM_X: tl.constexpr, HAS_BIAS: tl.constexpr,
+    K: tl.constexpr, N: tl.constexpr, K_PAD: tl.constexpr, FROM_X: tl.constexpr, X_COLS: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
     ACT: tl.constexpr, SAVE: tl.constexpr,
     N_NEXT: tl.constexpr, N_NEXT_PAD: tl.constexpr, HAS_BIAS_NEXT: tl.constexpr, ACT_NEXT: tl.constexpr,
     SAVE_NEXT: tl.constexpr,
@@ -197,8 +202,8 @@ def _streamed_pair(
     for c in range(0, N, BLOCK_C):
         cols = c + tl.arange(0, BLOCK_C)
         a = _layer_columns(h, x_ptr, w_ptr, b_ptr, saved_ptr, rows, mask_rows, cols, stride_xm, stride_xk, K, N,
-                           K_PAD, FROM_X, HAS_BIAS, ACT, SAVE, BLOCK_M, BLOCK_C, BLOCK_IN, ACC_DTYPE, DOT_PRECISION,
-                           UPCAST)
+                           K_PAD, FROM_X, X_COLS, HAS_BIAS, ACT, SAVE, BLOCK_M, BLOCK_C, BLOCK_IN, ACC_DTYPE,
+                           DOT_PRECISION, UPCAST)
         w_next_t = _weight_block(w_next_ptr, next_cols[None, :], cols[:, None], N_NEXT, N, UPCAST)
         acc_next = tl.dot(_operand(a, DTYPE, UPCAST), w_next_t, acc_next, input_precision=DOT_PRECISION,
                           out_dtype=ACC_DTYPE)
@@ -212,6 +217,7 @@ def mlp_fwd_kernel(
     M, M_KEY, stride_xm, stride_xk,
     WIDTHS: tl.constexpr, PADS: tl.constexpr, ROLES: tl.constexpr, ACTS: tl.constexpr,
     HAS_BIAS: tl.constexpr, SAVE: tl.constexpr,   # SAVE[i]: "pre", "out" or "none"
+    X_COLS: tl.constexpr,  # None, or x's real width when WIDTHS[0] is W_0's padded one
     BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_IN: tl.constexpr,
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
@@ -230,7 +236,7 @@ def mlp_fwd_kernel(
             cols = tl.arange(0, tl.constexpr(PADS[i + 1]))
             a = _layer_columns(
                 h, x_ptr, w_ptrs[i], b_ptrs[i], saved_ptrs[i], rows, mask_rows, cols, stride_xm, stride_xk,
-                tl.constexpr(WIDTHS[i]), tl.constexpr(WIDTHS[i + 1]), tl.constexpr(PADS[i]), i == 0,
+                tl.constexpr(WIDTHS[i]), tl.constexpr(WIDTHS[i + 1]), tl.constexpr(PADS[i]), i == 0, X_COLS,
                 tl.constexpr(HAS_BIAS[i]), tl.constexpr(ACTS[i]), tl.constexpr(SAVE[i]),
                 BLOCK_M, tl.constexpr(PADS[i + 1]), BLOCK_IN, ACC_DTYPE, DOT_PRECISION, UPCAST,
             )
@@ -241,7 +247,7 @@ def mlp_fwd_kernel(
         elif ROLES[i] == "streamed_out":
             _streamed_into_output(
                 h, x_ptr, w_ptrs[i], b_ptrs[i], saved_ptrs[i], y_ptr, rows, mask_rows, stride_xm, stride_xk,
-                tl.constexpr(WIDTHS[i]), tl.constexpr(WIDTHS[i + 1]), tl.constexpr(PADS[i]), i == 0,
+                tl.constexpr(WIDTHS[i]), tl.constexpr(WIDTHS[i + 1]), tl.constexpr(PADS[i]), i == 0, X_COLS,
                 tl.constexpr(HAS_BIAS[i]), tl.constexpr(ACTS[i]), tl.constexpr(SAVE[i]),
                 BLOCK_M, BLOCK_C, BLOCK_IN, ACC_DTYPE, DOT_PRECISION, UPCAST,
             )
@@ -249,7 +255,7 @@ def mlp_fwd_kernel(
             a = _streamed_pair(
                 h, x_ptr, w_ptrs[i], b_ptrs[i], saved_ptrs[i], w_ptrs[i + 1], b_ptrs[i + 1], saved_ptrs[i + 1],
                 rows, mask_rows, stride_xm, stride_xk,
-                tl.constexpr(WIDTHS[i]), tl.constexpr(WIDTHS[i + 1]), tl.constexpr(PADS[i]), i == 0,
+                tl.constexpr(WIDTHS[i]), tl.constexpr(WIDTHS[i + 1]), tl.constexpr(PADS[i]), i == 0, X_COLS,
                 tl.constexpr(HAS_BIAS[i]), tl.constexpr(ACTS[i]), tl.constexpr(SAVE[i]),
                 tl.constexpr(WIDTHS[i + 2]), tl.constexpr(PADS[i + 2]), tl.constexpr(HAS_BIAS[i + 1]),
                 tl.constexpr(ACTS[i + 1]), tl.constexpr(SAVE[i + 1]),
