@@ -177,6 +177,15 @@ def test_wgrad_row_slices(device, monkeypatch, small_on_chip):
     assert all(torch.equal(a, b) for a, b in zip(*runs)), "weight gradients differ between runs"
 
 
+def _nan_padded_rows(x):
+    """x copied into rows with aligned padding that holds NaN (DLRM's interaction output)."""
+    from fusedmlp.ops._common import aligned_rows_empty
+
+    rows = aligned_rows_empty(x, x.shape[0], x.shape[1])
+    rows._base.fill_(float("nan"))
+    return rows.copy_(x)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_misaligned_products_use_padded_rows_in_place(device, dtype):
     """The cuBLAS products of a 367-wide input (DLRM's top MLP): b and out are used in place
@@ -186,10 +195,8 @@ def test_misaligned_products_use_padded_rows_in_place(device, dtype):
     a = torch.randn(40, 24, dtype=torch.float64, device=device)
     b64 = torch.randn(24, 367, dtype=torch.float64, device=device)
     tol = TOLERANCE[dtype] * 4
-    padded_b = aligned_rows_empty(b64.to(dtype), 24, 367)
+    padded_b = _nan_padded_rows(b64.to(dtype))
     assert padded_b.stride(0) % (16 // padded_b.element_size()) == 0 and padded_b.stride(0) > 367
-    padded_b._base.fill_(float("nan"))
-    padded_b.copy_(b64)
     for b in (b64.to(dtype), padded_b):
         for out in (torch.full((40, 367), float("nan"), dtype=dtype, device=device),
                     aligned_rows_empty(padded_b, 40, 367)):
@@ -200,15 +207,6 @@ def test_misaligned_products_use_padded_rows_in_place(device, dtype):
     assert widened(padded_b, padded_b.stride(0)).data_ptr() == padded_b.data_ptr()
     assert widened(b64, 368) is None, "contiguous rows have no padding"
     assert widened(padded_b[:, 1:], padded_b.stride(0)) is None, "the last row's padding would pass the storage"
-
-
-def _nan_padded_rows(x):
-    """x copied into rows with aligned padding that holds NaN (DLRM's interaction output)."""
-    from fusedmlp.ops._common import aligned_rows_empty
-
-    rows = aligned_rows_empty(x, x.shape[0], x.shape[1])
-    rows._base.fill_(float("nan"))
-    return rows.copy_(x)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
