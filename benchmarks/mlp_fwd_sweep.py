@@ -5,10 +5,10 @@
 For the top (367-512-256-1, ReLU then sigmoid) and bottom (13-512-256-64-16, ReLU) MLPs at
 8192 and 65536 rows in bf16, each config of ``kernels/configs._MLP_FWD_TILES`` runs the
 training forward of ops/mlp.py (``_launch_forward``: the kernel writes y and the saved
-tensors; for the top MLP also the padding of W_0 that the op does) on x in contiguous rows,
-in the interaction's padded rows (``aligned_rows_empty``, as DLRM hands them over), and, for
-reference, as a 368-wide stack whose extra column of x and of W_0 is zero (what the kernel
-does where no column needs masking). Each result is checked against fp32 (max error over
+tensors; for the top MLP also the copy of x into zero-padded 368-wide rows and the padding of
+W_0 that the op does) on x in contiguous rows, in the interaction's padded rows
+(``aligned_rows_empty``), and, for reference, as a 368-wide stack whose extra column of x and
+of W_0 is zero (the kernel alone, with no copy). Each result is checked against fp32 (max error over
 max |y|) and timed in a CUDA graph (``triton.testing.do_bench_cudagraph``): a forced config
 launches without the launch cache, whose host time would otherwise be measured at 8192 rows.
 Eager PyTorch (``F.linear`` + activation per layer, the same weights) is timed alongside.

@@ -210,19 +210,20 @@ def test_misaligned_products_use_padded_rows_in_place(device, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_unaligned_wide_input_padded_first_weight(device, dtype, small_on_chip):
-    """A 70-wide input: W_0 reaches the forward kernel with zero columns up to 72 (16-byte
-    rows), the kernel told x's real width; x is read in place, NaN in its rows' padding must
-    not leak, and contiguous rows work as well. Inputs narrower than ALIGN_MIN_WIDTH are left
-    as they are."""
+def test_unaligned_wide_input_aligned_rows(device, dtype, small_on_chip):
+    """A 70-wide input reaches the forward kernel copied into zero-padded 72-wide rows (16
+    bytes), W_0 with zero columns to match, whatever x's layout (contiguous, padded rows
+    holding NaN, column-major). Inputs narrower than ALIGN_MIN_WIDTH are left as they are."""
     w0 = torch.randn(80, 70, device=device).to(dtype)
     x = torch.randn(37, 70, device=device).to(dtype)
-    w_wide, cols = mlp_ops._aligned_first_weight(x, w0)
-    assert cols == 70 and w_wide.shape == (80, 72) and w_wide.is_contiguous()
-    assert torch.equal(w_wide[:, :70], w0) and torch.count_nonzero(w_wide[:, 70:]) == 0
-    narrow = w0[:, :13]
-    assert mlp_ops._aligned_first_weight(x[:, :13], narrow) == (narrow, None)
-    for x_transform in (_nan_padded_rows, None):
+    for layout in (x, _nan_padded_rows(x), x.t().contiguous().t()):
+        x_wide, w_wide = mlp_ops._aligned_first_layer(layout, w0)
+        assert x_wide.shape == (37, 72) and x_wide.is_contiguous() and w_wide.shape == (80, 72)
+        assert torch.equal(x_wide[:, :70], x) and torch.count_nonzero(x_wide[:, 70:]) == 0
+        assert torch.equal(w_wide[:, :70], w0) and torch.count_nonzero(w_wide[:, 70:]) == 0
+    narrow, x_narrow = w0[:, :13], x[:, :13]
+    assert mlp_ops._aligned_first_layer(x_narrow, narrow) == (x_narrow, narrow)
+    for x_transform in (_nan_padded_rows, None, lambda t: t.t().contiguous().t()):
         check_stack([70, 80, 24, 1], device, dtype, "relu", "sigmoid", g_offset=1.0, x_transform=x_transform)
 
 

@@ -97,12 +97,11 @@ _LINEAR_DPRE_TILES = [
 # on the stacks above (test_every_config_on_gpu).
 #
 # BLOCK_C is the width of a streamed layer's chunks. The forward's 128 x 128 tile on 8 warps
-# (3 stages) is for wide inputs on aligned rows: DLRM's top MLP re-reads its x rows once per
-# chunk, and at 65536 rows, on the interaction's padded rows, it ran in 211 us against 277 us
-# for 64 x 64 on 4 warps; on contiguous 367-wide rows (2-byte loads of x) it is the slowest,
-# 563 against 306 us, so the tuner's choice depends on the input (H200, bf16, CUDA-graph
-# timing, `benchmarks/mlp_fwd_sweep.py`). 64 x 256 tiles on 8 warps were as fast in a sweep
-# but are among the miscompiled configs above.
+# (3 stages) is for wide inputs: DLRM's top MLP re-reads its x rows once per chunk, and at
+# 65536 rows (x in zero-padded 368-wide rows, as ops/mlp.py hands it over) it runs in 167 us
+# against 242 us for 64 x 64 on 4 warps (H200, bf16, CUDA-graph timing,
+# `benchmarks/mlp_fwd_sweep.py`). 64 x 256 tiles on 8 warps were as fast in a sweep but are
+# among the miscompiled configs above.
 _MLP_FWD_TILES = [
     ({"BLOCK_M": 64, "BLOCK_C": 64}, 4, 2),
     ({"BLOCK_M": 128, "BLOCK_C": 128}, 8, 3),

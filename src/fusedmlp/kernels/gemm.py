@@ -67,20 +67,36 @@ def round_operand(x, dtype: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _xwT_steps(
-    acc_a, acc_b, x_ptr, wa_ptr, wb_ptr, rows, mask_rows, w_rows, mask_w, wb_rows, mask_wb,
-    k_from, k_to, stride_xm, stride_xk, stride_wan, stride_wak, stride_wbn, stride_wbk,
-    BLOCK_K: tl.constexpr, PAIRED: tl.constexpr, ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr,
+def xwT_mainloop(
+    x_ptr, wa_ptr, wb_ptr,
+    rows, mask_rows,              # [BLOCK_M] int64 row indices of x, and which are in range
+    w_rows, mask_w,               # [BLOCK_N] int64 row indices of Wa, and which are in range
+    wb_rows, mask_wb,             # [BLOCK_NB] the same for Wb (a GLU: w_rows; LoRA: the rank rows of A)
+    K, stride_xm, stride_xk, stride_wan, stride_wak, stride_wbn, stride_wbk,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_NB: tl.constexpr, BLOCK_K: tl.constexpr,
+    PAIRED: tl.constexpr,         # also accumulate x @ Wb[wb_rows].T (GLU: both halves; LoRA: x @ A.T)
+    ACC_DTYPE: tl.constexpr,      # fp32, or fp64 for fp64 inputs
+    DOT_PRECISION: tl.constexpr,  # "ieee" or "tf32" (fp32 inputs only; ignored otherwise)
+    UPCAST: tl.constexpr,         # interpreter: its bf16/fp16 dots are wrong or slow
 ):
-    """``xwT_mainloop``'s K steps over columns ``[k_from, k_to)`` (those past k_to read as zero)."""
-    offs_k = k_from + tl.arange(0, BLOCK_K)
+    """acc_a = x[rows] @ Wa[w_rows].T and, if PAIRED, acc_b = x[rows] @ Wb[wb_rows].T.
+
+    The x tile is loaded once per K step and feeds both dots: for a GLU this is the fusion
+    that reads x once for both weights, for LoRA the one that reads it once for W and A
+    (``acc_b`` is then the narrow ``[BLOCK_M, BLOCK_NB]`` rank-r product). Out-of-range rows and the K tail are masked to zero,
+    so any M, N, K works (no padding by the caller). Any strides: a transposed weight view
+    (``W.T`` of a ``[K, N]`` matrix) is read in place.
+    """
+    tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16 on GPUs")
+    offs_k = tl.arange(0, BLOCK_K)
     x_ptrs = x_ptr + rows[:, None] * stride_xm + offs_k[None, :] * stride_xk
     # W tiles are read as [BLOCK_K, BLOCK_N] (W transposed) so the dot needs no tl.trans.
     wa_ptrs = wa_ptr + w_rows[None, :] * stride_wan + offs_k[:, None] * stride_wak
     wb_ptrs = wb_ptr + wb_rows[None, :] * stride_wbn + offs_k[:, None] * stride_wbk
-    for k_start in range(k_from, k_to, BLOCK_K):
-        mask_k = offs_k < k_to - (k_start - k_from)
+    acc_a = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
+    acc_b = tl.zeros((BLOCK_M, BLOCK_NB), dtype=ACC_DTYPE)
+    for k_start in range(0, K, BLOCK_K):
+        mask_k = offs_k < K - k_start
         x_tile = tl.load(x_ptrs, mask=mask_rows[:, None] & mask_k[None, :], other=0.0)
         wa_tile = tl.load(wa_ptrs, mask=mask_k[:, None] & mask_w[None, :], other=0.0)
         if UPCAST:
@@ -95,52 +111,6 @@ def _xwT_steps(
             wb_ptrs += BLOCK_K * stride_wbk
         x_ptrs += BLOCK_K * stride_xk
         wa_ptrs += BLOCK_K * stride_wak
-    return acc_a, acc_b
-
-
-@triton.jit
-def xwT_mainloop(
-    x_ptr, wa_ptr, wb_ptr,
-    rows, mask_rows,              # [BLOCK_M] int64 row indices of x, and which are in range
-    w_rows, mask_w,               # [BLOCK_N] int64 row indices of Wa, and which are in range
-    wb_rows, mask_wb,             # [BLOCK_NB] the same for Wb (a GLU: w_rows; LoRA: the rank rows of A)
-    K, stride_xm, stride_xk, stride_wan, stride_wak, stride_wbn, stride_wbk,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_NB: tl.constexpr, BLOCK_K: tl.constexpr,
-    PAIRED: tl.constexpr,         # also accumulate x @ Wb[wb_rows].T (GLU: both halves; LoRA: x @ A.T)
-    ACC_DTYPE: tl.constexpr,      # fp32, or fp64 for fp64 inputs
-    DOT_PRECISION: tl.constexpr,  # "ieee" or "tf32" (fp32 inputs only; ignored otherwise)
-    UPCAST: tl.constexpr,         # interpreter: its bf16/fp16 dots are wrong or slow
-    X_COLS: tl.constexpr = None,  # K of the product when the weights' rows are longer (K); None: K
-):
-    """acc_a = x[rows] @ Wa[w_rows].T and, if PAIRED, acc_b = x[rows] @ Wb[wb_rows].T.
-
-    The x tile is loaded once per K step and feeds both dots: for a GLU this is the fusion
-    that reads x once for both weights, for LoRA the one that reads it once for W and A
-    (``acc_b`` is then the narrow ``[BLOCK_M, BLOCK_NB]`` rank-r product). Out-of-range rows and the K tail are masked to zero,
-    so any M, N, K works (no padding by the caller). Any strides: a transposed weight view
-    (``W.T`` of a ``[K, N]`` matrix) is read in place.
-
-    ``X_COLS`` (a compile-time width, below K): the product runs over x's ``X_COLS`` columns,
-    the weights' rows being K long. The whole ``BLOCK_K`` steps then run with a K mask that is
-    constant over each step, and only the last, partial step masks column by column. A mask
-    that ends mid-vector (at column 367 every step) makes every load a 2-byte one, where
-    aligned rows could be read in 16-byte vectors.
-    """
-    tl.static_assert(BLOCK_K >= 16, "tl.dot needs BLOCK_K >= 16 on GPUs")
-    acc_a = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
-    acc_b = tl.zeros((BLOCK_M, BLOCK_NB), dtype=ACC_DTYPE)
-    if X_COLS is None:
-        acc_a, acc_b = _xwT_steps(acc_a, acc_b, x_ptr, wa_ptr, wb_ptr, rows, mask_rows, w_rows, mask_w, wb_rows,
-                                  mask_wb, 0, K, stride_xm, stride_xk, stride_wan, stride_wak, stride_wbn, stride_wbk,
-                                  BLOCK_K, PAIRED, ACC_DTYPE, DOT_PRECISION, UPCAST)
-    else:
-        WHOLE_STEPS: tl.constexpr = X_COLS // BLOCK_K * BLOCK_K
-        acc_a, acc_b = _xwT_steps(acc_a, acc_b, x_ptr, wa_ptr, wb_ptr, rows, mask_rows, w_rows, mask_w, wb_rows,
-                                  mask_wb, 0, WHOLE_STEPS, stride_xm, stride_xk, stride_wan, stride_wak, stride_wbn,
-                                  stride_wbk, BLOCK_K, PAIRED, ACC_DTYPE, DOT_PRECISION, UPCAST)
-        acc_a, acc_b = _xwT_steps(acc_a, acc_b, x_ptr, wa_ptr, wb_ptr, rows, mask_rows, w_rows, mask_w, wb_rows,
-                                  mask_wb, WHOLE_STEPS, X_COLS, stride_xm, stride_xk, stride_wan, stride_wak,
-                                  stride_wbn, stride_wbk, BLOCK_K, PAIRED, ACC_DTYPE, DOT_PRECISION, UPCAST)
     return acc_a, acc_b
 
 

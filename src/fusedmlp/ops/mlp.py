@@ -47,7 +47,9 @@ import triton
 
 from ..kernels.configs import INTERPRET, MLP_DGRAD_CONFIGS, MLP_FWD_CONFIGS, Launcher
 from ..kernels.launch import launch
-from ..kernels.mlp import mlp_dgrad_kernel, mlp_fwd_kernel, mlp_reduce_kernel, mlp_wgrad_kernel
+from ..kernels.mlp import (
+    mlp_dgrad_kernel, mlp_fwd_kernel, mlp_pad_rows_kernel, mlp_reduce_kernel, mlp_wgrad_kernel,
+)
 from ._common import (
     acc_dtypes,
     aligned_rows_empty,
@@ -70,10 +72,10 @@ __all__ = ["mlp", "mlp_reference", "mlp_plan", "FULL_MAX"]
 # Widest layer output kept whole on chip (a BLOCK_M x FULL_MAX fp32 accumulator); wider
 # layers are streamed in BLOCK_C-column chunks.
 FULL_MAX = 256
-# Inputs at least this wide whose rows are not a multiple of 16 bytes (DLRM's 367) get W_0
-# padded to aligned rows for the forward (``_aligned_first_weight``). Narrower ones (13) are
-# left alone: a K loop of one step gains nothing from it, and the copy would add a launch to
-# small steps that are host-bound already (a choice, not a measurement).
+# Inputs at least this wide whose rows are not a multiple of 16 bytes (DLRM's 367) reach the
+# forward kernel in aligned rows, W_0 padded likewise (``_aligned_first_layer``). Narrower ones
+# (13) are left alone: a K loop of one step gains nothing from it, and the copies would add
+# launches to small steps that are host-bound already (a choice, not a measurement).
 ALIGN_MIN_WIDTH = 64
 # The wgrad kernel sums each dW tile over row slices of at least this many rows, as many
 # slices as it takes to give every multiprocessor about _WGRAD_TILES_PER_SM tiles.
@@ -182,25 +184,29 @@ def _block_in(plan: MLPPlan) -> int:
     return min(32 if INTERPRET else 64, plan.pads[0])
 
 
-def _aligned_first_weight(x, w0):
-    """(W_0, X_COLS) for the forward kernel: W_0 with rows a multiple of 16 bytes long.
+def _aligned_first_layer(x, w0):
+    """(x, W_0) for the forward kernel, both in rows a multiple of 16 bytes long.
 
-    For a wide input of unaligned width (367: DLRM's top MLP), W_0 gets zero columns up to the
-    aligned width (368; a 0.4 MB copy per call) so that its rows are read in 16-byte vectors,
-    and the kernel is told x's real width (``X_COLS``): it runs its whole K steps with masks
-    that are constant over a vector, so x is read in vectors too where its own rows are
-    aligned (the interaction's padded rows), and masks column by column only in the last step.
-    Measured on an H200 in bf16 (``benchmarks/mlp_fwd_sweep.py``, 65536 rows, CUDA-graph
-    timing): the top MLP's forward on padded rows 211 us (444 us before this change, with
-    W_0's rows unaligned, do_bench); on contiguous 367-wide rows, whose x loads stay 2-byte
-    ones, 306 us. The same stack at width 368 with a zero column takes 169 us: the last,
-    column-masked step costs the difference.
+    A wide input of unaligned width (367: DLRM's top MLP) is copied into zero-padded rows of
+    the aligned width (368; ``mlp_pad_rows_kernel``) and W_0 gets zero columns to match (a
+    0.4 MB copy): with rows of 734 bytes every load of x and W_0 would be a 2-byte one.
+    Measured on an H200 in bf16 (``benchmarks/mlp_fwd_sweep.py``, CUDA-graph timing, 65536
+    rows), the top MLP's forward kernel: 306 us on contiguous 367-wide rows (W_0 padded);
+    on the interaction's padded rows read in place, whose padding may hold anything (NaN),
+    211 us with the last K step masked column by column, 195 us with the padding zeroed
+    after the load in that step, 206 us zeroed in every step; 167 us on zero-padded rows,
+    to which the copy adds 28 us.
     """
     cols = x.shape[1]
     padded = aligned_width(cols, x.element_size())
     if padded == cols or cols < ALIGN_MIN_WIDTH:
-        return w0, None
-    return torch.nn.functional.pad(w0, (0, padded - cols)), cols
+        return x, w0
+    x_wide = x.new_empty((x.shape[0], padded))
+    block_w = min(triton.next_power_of_2(padded), 1024)
+    block_m = max(1, 8192 // block_w)
+    launch(mlp_pad_rows_kernel, (triton.cdiv(x.shape[0], block_m),), x, x_wide, x.shape[0], x.stride(0),
+           x.stride(1), COLS=cols, WIDTH=padded, BLOCK_M=block_m, BLOCK_W=block_w)
+    return x_wide, torch.nn.functional.pad(w0, (0, padded - cols))
 
 
 def _launch_forward(x, weights, biases, plan: MLPPlan, save: bool):
@@ -211,14 +217,14 @@ def _launch_forward(x, weights, biases, plan: MLPPlan, save: bool):
     saved = [x.new_empty((m, plan.widths[i + 1]) if mode != "none" else (0,)) for i, mode in enumerate(modes)]
     if m == 0:
         return y, saved
-    w0, x_cols = _aligned_first_weight(x, weights[0])
+    x, w0 = _aligned_first_layer(x, weights[0])
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]),)  # noqa: E731
     _fwd_launcher.launch(
         grid, x, (w0,) + tuple(weights[1:]), tuple(b if b is not None else y for b in biases), y,
         tuple(t if t.numel() else y for t in saved),
         M=m, M_KEY=autotune_m_key(m), stride_xm=x.stride(0), stride_xk=x.stride(1),
         WIDTHS=(w0.shape[1],) + plan.widths[1:], PADS=plan.pads, ROLES=plan.roles, ACTS=plan.acts,
-        HAS_BIAS=plan.has_bias, SAVE=modes, X_COLS=x_cols, BLOCK_IN=_block_in(plan), **dot_meta(x.dtype),
+        HAS_BIAS=plan.has_bias, SAVE=modes, BLOCK_IN=_block_in(plan), **dot_meta(x.dtype),
         fp64=x.dtype == torch.float64,
     )
     return y, saved
