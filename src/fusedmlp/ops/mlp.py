@@ -188,8 +188,8 @@ def _aligned_first_layer(x, w0):
     """(x, W_0) for the forward kernel, both in rows a multiple of 16 bytes long.
 
     A wide input of unaligned width (367: DLRM's top MLP) is copied into zero-padded rows of
-    the aligned width (368; ``mlp_pad_rows_kernel``) and W_0 gets zero columns to match (a
-    0.4 MB copy): with rows of 734 bytes every load of x and W_0 would be a 2-byte one.
+    the aligned width (368; ``mlp_pad_rows_kernel``) and W_0 likewise (0.4 MB): with rows of
+    734 bytes every load of x and W_0 would be a 2-byte one.
     Measured on an H200 in bf16 (``benchmarks/mlp_fwd_sweep.py``, CUDA-graph timing, 65536
     rows), the top MLP's forward kernel: 306 us on contiguous 367-wide rows (W_0 padded);
     on the interaction's padded rows read in place, whose padding may hold anything (NaN),
@@ -201,12 +201,20 @@ def _aligned_first_layer(x, w0):
     padded = aligned_width(cols, x.element_size())
     if padded == cols or cols < ALIGN_MIN_WIDTH:
         return x, w0
-    x_wide = x.new_empty((x.shape[0], padded))
-    block_w = min(triton.next_power_of_2(padded), 1024)
+    return _zero_padded_rows(x, padded), _zero_padded_rows(w0, padded)
+
+
+def _zero_padded_rows(t, width: int) -> torch.Tensor:
+    """``t`` [M, cols] (any strides) copied into contiguous ``[M, width]`` rows, zeros past
+    ``cols``: one launch of ``mlp_pad_rows_kernel``."""
+    out = t.new_empty((t.shape[0], width))
+    if t.shape[0] == 0:
+        return out
+    block_w = min(triton.next_power_of_2(width), 1024)
     block_m = max(1, 8192 // block_w)
-    launch(mlp_pad_rows_kernel, (triton.cdiv(x.shape[0], block_m),), x, x_wide, x.shape[0], x.stride(0),
-           x.stride(1), COLS=cols, WIDTH=padded, BLOCK_M=block_m, BLOCK_W=block_w)
-    return x_wide, torch.nn.functional.pad(w0, (0, padded - cols))
+    launch(mlp_pad_rows_kernel, (triton.cdiv(t.shape[0], block_m),), t, out, t.shape[0], t.stride(0), t.stride(1),
+           COLS=t.shape[1], WIDTH=width, BLOCK_M=block_m, BLOCK_W=block_w)
+    return out
 
 
 def _launch_forward(x, weights, biases, plan: MLPPlan, save: bool):
@@ -330,7 +338,7 @@ def _mm_into(a, b, out):
         return
     b_wide = widened(b, padded)
     if b_wide is None:
-        b_wide = torch.nn.functional.pad(b, (0, padded - cols))
+        b_wide = _zero_padded_rows(b, padded)
     out_wide = widened(out, padded)
     if out_wide is not None:
         torch.mm(a, b_wide, out=out_wide)
