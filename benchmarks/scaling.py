@@ -126,10 +126,11 @@ def dlrm_row(impl, args, parallel) -> dict:
     tensors = _inputs(global_batch, model.config, dtype, device="cuda", seed=1)
     index = torch.arange(global_batch, device="cuda")
     if base == "fused_graph":
-        graphed = GraphedTrainStep(model, model, optimizer, tensors, global_batch, parallel=parallel)
+        graphed = GraphedTrainStep(model, model, optimizer, tensors, global_batch, parallel=parallel,
+                                   backward_thread=args.backward_thread)
         step = lambda: graphed(index)  # noqa: E731
     else:
-        step = lambda: train_step(model, model, optimizer, parallel, tensors, index)  # noqa: E731
+        step = lambda: train_step(model, model, optimizer, parallel, tensors, index, args.backward_thread)  # noqa: E731
     ms = _median_step_ms(step)
     if args.profile and base != "fused_graph":
         _profile(step, parallel, Path(args.out) / f"scaling_dlrm_profile_{impl}_{parallel.world}gpu.txt")
@@ -220,19 +221,24 @@ def main():
                         help="dlrm: also write the GPU time per kernel of 5 steps of each impl but fused_graph")
     parser.add_argument("--timeline", action="store_true",
                         help="dlrm: also write one step's GPU operations, stream by stream, of each impl")
+    parser.add_argument("--backward-thread", choices=("caller", "device"), default="caller",
+                        help="where every impl's backward runs: the calling thread (default, what `fusedmlp "
+                             "dlrm train` does) or autograd's per-device worker thread (PyTorch's default)")
     args = parser.parse_args()
     args.impls = args.impls or ("fused,fused_graph,eager_sparse" if args.suite == "dlrm" else "fused,eager")
     parallel, device = DataParallel.from_environment("cuda")
     if ":" in device:  # a torchrun rank: its own GPU
         torch.cuda.set_device(torch.device(device))
     rows = []
-    for impl in args.impls.split(","):
-        rows.append((dlrm_row if args.suite == "dlrm" else swiglu_row)(impl, args, parallel))
-        torch.cuda.empty_cache()
+    with torch.autograd.set_multithreading_enabled(args.backward_thread == "device"):
+        for impl in args.impls.split(","):
+            rows.append((dlrm_row if args.suite == "dlrm" else swiglu_row)(impl, args, parallel))
+            torch.cuda.empty_cache()
     if parallel.is_main:
         out = Path(args.out) / f"scaling_{args.suite}_{parallel.world}gpu.json"
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"environment": environment(), "command": " ".join(sys.argv),
+        out.write_text(json.dumps({"environment": dict(environment(), backward_thread=args.backward_thread),
+                                   "command": " ".join(sys.argv),
                                    "world_size": parallel.world, "rows": rows}, indent=2))
         for row in rows:
             rate = row.get("samples_per_s", row.get("tokens_per_s"))

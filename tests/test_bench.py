@@ -76,6 +76,9 @@ def test_cli_rejects_bad_arguments(capsys):
     assert "is not a list of integers joined by x" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["bench", "nosuch"])
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "mlp", "--backward-thread", "sideways"])
+    assert "invalid choice: 'sideways'" in capsys.readouterr().err
 
 
 def test_default_impls():

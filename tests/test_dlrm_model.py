@@ -120,6 +120,22 @@ def test_resume_continues_exactly(tmp_path):
     assert metrics["step"] == 50 and 0.5 < metrics["auc"] <= 1.0
 
 
+def _assert_same_run(a_path, b_path, tolerance):
+    a, b = torch.load(a_path, weights_only=False), torch.load(b_path, weights_only=False)
+    assert a["progress"] == b["progress"]
+    for name in a["model"]:
+        assert _rel(b["model"][name], a["model"][name].double()) <= tolerance, name
+
+
+def test_backward_thread_choice_trains_the_same(tmp_path):
+    """--backward-thread only moves the backward between threads: the same updates."""
+    paths = [tmp_path / f"{where}.pt" for where in ("caller", "device")]
+    for where, path in zip(("caller", "device"), paths):
+        train(_args(tmp_path, "--batch-size", "512", "--steps", "12", "--seed", "2", "--backward-thread", where,
+                    "--checkpoint", str(path)))
+    _assert_same_run(*paths, tolerance=0.0)
+
+
 def test_cli_train_eval_synth_preprocess(tmp_path, capsys):
     pytest.importorskip("pyarrow")
     from fusedmlp.cli import main
@@ -154,6 +170,19 @@ def test_eager_and_fused_reach_the_same_auc(tmp_path):
     assert abs(eager["validation"]["auc"] - fused["validation"]["auc"]) < 0.002, (eager["validation"],
                                                                                     fused["validation"])
     assert fused["validation"]["auc"] > 0.7
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl", ["fused", "eager"])
+def test_backward_thread_choice_trains_the_same_on_gpu(tmp_path, impl):
+    """The backward on the training thread (the default) or on autograd's CUDA worker thread
+    (PyTorch's default): the same weights after the same steps (the fused tables' update and
+    the side stream it runs on included)."""
+    paths = [tmp_path / f"{where}.pt" for where in ("caller", "device")]
+    for where, path in zip(("caller", "device"), paths):
+        train(_gpu_args("--impl", impl, "--optimizer", "adagrad", "--batch-size", "1000", "--steps", "20",
+                        "--seed", "4", "--backward-thread", where, "--checkpoint", str(path)))
+    _assert_same_run(*paths, tolerance=1e-5)
 
 
 @pytest.mark.gpu

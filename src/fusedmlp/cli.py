@@ -104,14 +104,19 @@ def cmd_bench(args) -> int:
             print(f"{args.suite} shapes are {'x'.join(fields).upper()} with positive sizes; got {bad}",
                   file=sys.stderr)
             return 2
+    env["backward_thread"] = args.backward_thread
     stem = f"{args.suite}_{args.dtype}_{env['device'].replace(' ', '_')}"
+    if args.backward_thread != "device":
+        stem += f"_{args.backward_thread}_bwd"
     json_path = Path(args.out) / f"{stem}.json"
 
     def save(rows_so_far):  # after every shape, so an interrupted run keeps what it measured
         harness.write_json(json_path, env, rows_so_far)
         harness.write_csv(json_path.with_suffix(".csv"), env, rows_so_far)
 
-    rows = suite.run_gpu(shapes, dtype, impls, modes, on_shape_done=save)
+    # thread-local: every impl's backward in this run takes the same thread
+    with torch.autograd.set_multithreading_enabled(args.backward_thread == "device"):
+        rows = suite.run_gpu(shapes, dtype, impls, modes, on_shape_done=save)
     headers, table = suite.summary_table(rows)
     failed = [f"{r.impl} {r.mode} {r.shape}: {r.note}" for r in rows if r.note]
     note = getattr(suite, "TABLE_NOTE", "median ms, ratio to the cuBLAS GEMM floor, peak MiB above inputs")
@@ -268,6 +273,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also time torch.compile(mode='max-autotune') (compiles for minutes)")
     bench.add_argument("--modes", default=None, help="comma-separated subset of fwd,bwd,fwd+bwd (mlp: fwd,fwd+bwd; "
                                                      "dlrm: train,infer; default: all the suite has)")
+    bench.add_argument("--backward-thread", choices=("device", "caller"), default="device",
+                       help="where every impl's backward runs: autograd's per-device worker thread (default, "
+                            "PyTorch's default) or the calling thread (torch.autograd.set_multithreading_enabled"
+                            "(False), what `fusedmlp dlrm train` does); host-bound steps differ, GPU work does not")
     bench.add_argument("--out", default="bench-out", help="output folder (default: ./bench-out)")
     bench.set_defaults(func=cmd_bench)
 
