@@ -51,12 +51,12 @@ def main():
         g = torch.randn(args.batch, sizes[-1], device="cuda", dtype=dtype)
         plan = mlp_ops.mlp_plan(tuple(sizes), ("relu",) * (len(sizes) - 2) + (last,), (True,) * (len(sizes) - 1),
                                 mlp_ops.FULL_MAX)
-        y, saved = mlp_ops._launch_forward(x.detach(), ws, bs, plan, True)
+        y, saved, padded = mlp_ops._launch_forward(x.detach(), ws, bs, plan, True)
         rows = {
             "checks": lambda: mlp_ops.check_mlp_inputs(x, ws, bs),
             "fwd launch (kernel only)": lambda: mlp_ops._launch_forward(x.detach(), ws, bs, plan, False),
             "fwd launch, saving": lambda: mlp_ops._launch_forward(x.detach(), ws, bs, plan, True),
-            "bwd launches (dgrad+wgrad)": lambda: _no_grad(mlp_ops._launch_backward, g, x.detach(), ws, saved, y, plan, True),
+            "bwd launches (dgrad+wgrad)": lambda: _no_grad(mlp_ops._launch_backward, g, x.detach(), ws, saved, y, plan, True, padded),
         }
         rows["mlp() no grad"] = lambda: fusedmlp.mlp(x, ws, bs, "relu", last)
         rows["mlp() training fwd"] = lambda: fusedmlp.mlp(x, ws, bs, "relu", last)

@@ -32,7 +32,7 @@ def setup(widths, acts, m):
     ws = [torch.randn(widths[i + 1], widths[i], device=dev, dtype=dt) / widths[i] ** 0.5 for i in range(len(widths) - 1)]
     bs = [torch.randn(widths[i + 1], device=dev, dtype=dt) * 0.1 for i in range(len(widths) - 1)]
     plan = M.mlp_plan(tuple(widths), tuple(acts), tuple(True for _ in bs), M.FULL_MAX)
-    y, saved = M._launch_forward(x, ws, bs, plan, True)
+    y, saved, _ = M._launch_forward(x, ws, bs, plan, True)
     g = torch.randn_like(y)
     # the d_i as the dgrad kernel writes them
     d = [g.new_empty((m, plan.widths[i + 1])) for i in range(plan.layers)]

@@ -184,6 +184,14 @@ def _block_in(plan: MLPPlan) -> int:
     return min(32 if INTERPRET else 64, plan.pads[0])
 
 
+def _first_layer_padding(x) -> Optional[int]:
+    """The width x's and W_0's rows are copied to for the forward kernel (``_aligned_first_layer``),
+    or None where they go in as they are."""
+    cols = x.shape[1]
+    padded = aligned_width(cols, x.element_size())
+    return None if padded == cols or cols < ALIGN_MIN_WIDTH else padded
+
+
 def _aligned_first_layer(x, w0):
     """(x, W_0) for the forward kernel, both in rows a multiple of 16 bytes long.
 
@@ -197,11 +205,34 @@ def _aligned_first_layer(x, w0):
     after the load in that step, 206 us zeroed in every step; 167 us on zero-padded rows,
     to which the copy adds 28 us.
     """
-    cols = x.shape[1]
-    padded = aligned_width(cols, x.element_size())
-    if padded == cols or cols < ALIGN_MIN_WIDTH:
+    padded = _first_layer_padding(x)
+    if padded is None:
         return x, w0
     return _zero_padded_rows(x, padded), _zero_padded_rows(w0, padded)
+
+
+def _padded_first_layer_empty(x, w0) -> tuple:
+    """Uninitialised tensors of the shapes ``_launch_forward`` returns as ``padded`` (fake impls)."""
+    padded = _first_layer_padding(x)
+    if padded is None or x.shape[0] == 0:
+        return x.new_empty((0,)), x.new_empty((0,))
+    return x.new_empty((x.shape[0], padded)), w0.new_empty((w0.shape[0], padded))
+
+
+def _first_layer_operands(x, w0, padded) -> tuple:
+    """(x, W_0) for the backward's cuBLAS products: views of the forward's zero-padded copies
+    when it made them (their rows are 16-byte aligned, so ``_mm_into`` takes them in place
+    instead of padding again), else x and W_0 themselves."""
+    x_wide, w0_wide = padded
+    if not x_wide.numel():
+        return x, w0
+    return x_wide[:, :w0.shape[1]], w0_wide[:, :w0.shape[1]]
+
+
+def _kept_x(x, padded):
+    """What the backward keeps of x: nothing (an empty placeholder) when it keeps x's padded
+    copy, which serves its products instead (so a caller that drops x frees it)."""
+    return x if not padded[0].numel() else padded[0].new_empty((0,))
 
 
 def _zero_padded_rows(t, width: int) -> torch.Tensor:
@@ -218,14 +249,18 @@ def _zero_padded_rows(t, width: int) -> torch.Tensor:
 
 
 def _launch_forward(x, weights, biases, plan: MLPPlan, save: bool):
-    """(y, saved): y [M, out]; saved[i] per ``plan.save`` when ``save``, else empty tensors."""
+    """(y, saved, padded): y [M, out]; saved[i] per ``plan.save`` when ``save``, else empty
+    tensors; padded = (x, W_0) copied into zero-padded rows (``_aligned_first_layer``), or two
+    empty tensors where they were not."""
     m = x.shape[0]
     y = x.new_empty((m, plan.widths[-1]))
     modes = plan.save if save else ("none",) * plan.layers
     saved = [x.new_empty((m, plan.widths[i + 1]) if mode != "none" else (0,)) for i, mode in enumerate(modes)]
     if m == 0:
-        return y, saved
-    x, w0 = _aligned_first_layer(x, weights[0])
+        return y, saved, _padded_first_layer_empty(x, weights[0])
+    x_in, w0 = _aligned_first_layer(x, weights[0])
+    padded = (x_in, w0) if x_in is not x else (y.new_empty((0,)), y.new_empty((0,)))
+    x = x_in
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]),)  # noqa: E731
     _fwd_launcher.launch(
         grid, x, (w0,) + tuple(weights[1:]), tuple(b if b is not None else y for b in biases), y,
@@ -235,7 +270,7 @@ def _launch_forward(x, weights, biases, plan: MLPPlan, save: bool):
         HAS_BIAS=plan.has_bias, SAVE=modes, BLOCK_IN=_block_in(plan), **dot_meta(x.dtype),
         fp64=x.dtype == torch.float64,
     )
-    return y, saved
+    return y, saved, padded
 
 
 def _wgrad_tile_shapes(plan: MLPPlan, g: torch.Tensor) -> tuple:
@@ -266,8 +301,9 @@ def _new_dx(g, plan: MLPPlan, needs_dx: bool):
     return aligned_rows_empty(g, g.shape[0], plan.widths[0])
 
 
-def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool):
-    """(dx, grads): dx [M, in] (empty unless needs_dx); grads the flat dW_0, db_0, dW_1, ... buffer."""
+def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool, padded: tuple):
+    """(dx, grads): dx [M, in] (empty unless needs_dx); grads the flat dW_0, db_0, dW_1, ... buffer.
+    ``padded``: the forward's zero-padded copies of x and W_0 (``_launch_forward``)."""
     m = g.shape[0]
     layers = plan.layers
     dx = _new_dx(g, plan, needs_dx)
@@ -286,12 +322,13 @@ def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool):
         FROM_OUTPUT=plan.from_output, NEEDS_DX=needs_dx and plan.dx_direct,
         **dot_meta(g.dtype), fp64=g.dtype == torch.float64,
     )
+    x, w0 = _first_layer_operands(x, weights[0], padded)
     if needs_dx and not plan.dx_direct:  # dx = d_0 @ W_0 on cuBLAS (kernels/mlp.py says why)
-        _mm_into(d[0], weights[0], dx)
+        _mm_into(d[0], w0, dx)
     if (g.is_cuda and not plan.dx_direct and m >= CUBLAS_WGRAD_MIN_ROWS
             and all(a == "identity" for a in plan.a_acts)):
         grads = g.new_empty((plan.total,))
-        ones = g.new_ones((m,))  # bias gradients as d_i^T @ 1: cuBLAS reads d_i once (torch.sum's column
+        ones = _ones(m, g)  # bias gradients as d_i^T @ 1: cuBLAS reads d_i once (torch.sum's column
         for i in range(layers):  # reduction took 62 us for 65536 x 512 bf16 on an H200)
             rows, cols = plan.widths[i + 1], plan.widths[i]
             start = plan.offsets[i]
@@ -320,6 +357,23 @@ def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool):
             mlp_reduce_kernel, (triton.cdiv(plan.total, _REDUCE_BLOCK),), out, grads, plan.total, slices, BLOCK=_REDUCE_BLOCK, UPCAST=dot_meta(g.dtype)["UPCAST"],
         )
     return dx, grads
+
+
+_ONES = {}
+
+
+def _ones(m: int, like: torch.Tensor) -> torch.Tensor:
+    """m ones of ``like``'s dtype: a view of a vector kept per (device, dtype, stream), so that
+    a step spends no launch on them (each costs host time where steps are host-bound); kept
+    per stream so that it is only ever read on the stream that wrote it. Made afresh while a
+    CUDA graph is being captured (the graph owns its memory)."""
+    if like.is_cuda and torch.cuda.is_current_stream_capturing():
+        return like.new_ones((m,))
+    key = (like.device, like.dtype, torch.cuda.current_stream(like.device).stream_id if like.is_cuda else 0)
+    ones = _ONES.get(key)
+    if ones is None or ones.numel() < m:
+        ones = _ONES[key] = like.new_ones((m,))
+    return ones[:m]
 
 
 def _mm_into(a, b, out):
@@ -354,28 +408,36 @@ def _parse_acts(acts: str) -> tuple:
 
 
 def _plan_of(x, weights, biases, acts: tuple) -> MLPPlan:
-    widths = (x.shape[1],) + tuple(w.shape[0] for w in weights)
+    widths = (weights[0].shape[1],) + tuple(w.shape[0] for w in weights)  # x may be a placeholder (``_kept_x``)
     return mlp_plan(widths, acts, tuple(b is not None for b in biases), FULL_MAX)
 
 
 def mlp_forward_impl(x, weights, biases, acts: str, save: bool):
-    """(y, saved) of a fusable stack (``acts``: the per-layer names joined by commas)."""
-    return _launch_forward(x, weights, biases, _plan_of(x, weights, biases, _parse_acts(acts)), save)
+    """(y, saved, padded) of a fusable stack (``acts``: the per-layer names joined by commas);
+    ``padded`` (x and W_0 in zero-padded rows, or empty tensors) is kept for the backward when
+    ``save``, and empty otherwise: the recomputing backward pads again rather than keep a
+    second copy of x."""
+    y, saved, padded = _launch_forward(x, weights, biases, _plan_of(x, weights, biases, _parse_acts(acts)), save)
+    if not save and padded[0].numel():
+        padded = (y.new_empty((0,)), y.new_empty((0,)))
+    return y, saved, padded
 
 
-def mlp_backward_impl(g, x, weights, biases, saved, y, acts: str, recompute: bool, needs_dx: bool):
-    """(dx, grads) of a fusable stack; ``recompute`` first reruns the forward to get ``saved``."""
+def mlp_backward_impl(g, x, weights, biases, saved, y, acts: str, recompute: bool, needs_dx: bool, padded):
+    """(dx, grads) of a fusable stack; ``recompute`` first reruns the forward to get ``saved``
+    (and ``padded``)."""
     plan = _plan_of(x, weights, biases, _parse_acts(acts))
     if recompute:
-        y, saved = _launch_forward(x, weights, biases, plan, True)
-    return _launch_backward(g, x, weights, saved, y, plan, needs_dx)
+        y, saved, padded = _launch_forward(x, weights, biases, plan, True)
+    return _launch_backward(g, x, weights, saved, y, plan, needs_dx, padded)
 
 
 @torch.library.custom_op("fusedmlp::mlp", mutates_args=())
 def _mlp_op(x: torch.Tensor, weights: list[torch.Tensor], biases: list[Optional[torch.Tensor]], acts: str,
             save: bool) -> list[torch.Tensor]:
-    y, saved = mlp_forward_impl(x, weights, biases, acts, save)
-    return [y, *saved]
+    """[y, *saved, x padded, W_0 padded] (``mlp_forward_impl``)."""
+    y, saved, padded = mlp_forward_impl(x, weights, biases, acts, save)
+    return [y, *saved, *padded]
 
 
 @_mlp_op.register_fake
@@ -383,20 +445,21 @@ def _(x, weights, biases, acts, save):
     plan = _plan_of(x, weights, biases, _parse_acts(acts))
     modes = plan.save if save else ("none",) * plan.layers
     m = x.shape[0]
+    padded = _padded_first_layer_empty(x, weights[0]) if save else (x.new_empty((0,)), x.new_empty((0,)))
     return [x.new_empty((m, plan.widths[-1]))] + [
         x.new_empty((m, plan.widths[i + 1]) if mode != "none" else (0,)) for i, mode in enumerate(modes)
-    ]
+    ] + list(padded)
 
 
 @torch.library.custom_op("fusedmlp::mlp_backward", mutates_args=())
 def _mlp_backward_op(g: torch.Tensor, x: torch.Tensor, weights: list[torch.Tensor],
                      biases: list[Optional[torch.Tensor]], saved: list[torch.Tensor], y: torch.Tensor, acts: str,
-                     recompute: bool, needs_dx: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    return mlp_backward_impl(g, x, weights, biases, saved, y, acts, recompute, needs_dx)
+                     recompute: bool, needs_dx: bool, padded: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    return mlp_backward_impl(g, x, weights, biases, saved, y, acts, recompute, needs_dx, tuple(padded))
 
 
 @_mlp_backward_op.register_fake
-def _(g, x, weights, biases, saved, y, acts, recompute, needs_dx):
+def _(g, x, weights, biases, saved, y, acts, recompute, needs_dx, padded):
     plan = _plan_of(x, weights, biases, _parse_acts(acts))
     return _new_dx(g, plan, needs_dx), g.new_empty((plan.total,))
 
@@ -420,35 +483,37 @@ class _MLPFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, acts, recompute, *params):
         weights, biases = params[0::2], params[1::2]
-        y, saved = mlp_forward_impl(x, weights, biases, acts, not recompute)
+        y, saved, padded = mlp_forward_impl(x, weights, biases, acts, not recompute)
         ctx.acts, ctx.recompute = acts, recompute
-        ctx.save_for_backward(x, y, *params, *saved)
+        ctx.save_for_backward(_kept_x(x, padded), y, *padded, *params, *saved)
         return y
 
     @staticmethod
     def backward(ctx, grad_y):
-        x, y, *rest = ctx.saved_tensors
+        x, y, x_wide, w0_wide, *rest = ctx.saved_tensors
         layers = len(rest) // 3
         params, saved = rest[:2 * layers], rest[2 * layers:]
         weights, biases = params[0::2], params[1::2]
         needs_dx = ctx.needs_input_grad[0]
-        dx, grads = mlp_backward_impl(grad_y, x, weights, biases, saved, y, ctx.acts, ctx.recompute, needs_dx)
+        dx, grads = mlp_backward_impl(grad_y, x, weights, biases, saved, y, ctx.acts, ctx.recompute, needs_dx,
+                                      (x_wide, w0_wide))
         return (dx if needs_dx else None, None, None, *_split_grads(grads, weights, biases, ctx.needs_input_grad[3:]))
 
 
 def _setup_context(ctx, inputs, output):
     x, weights, biases, acts, save = inputs
-    y, *saved = output
+    y, *saved, x_wide, w0_wide = output
     ctx.set_materialize_grads(False)
     ctx.acts, ctx.recompute = acts, not save
     ctx.layers = len(weights)
-    ctx.save_for_backward(x, y, *weights, *[b if b is not None else y.new_empty((0,)) for b in biases], *saved)
+    ctx.save_for_backward(_kept_x(x, (x_wide, w0_wide)), y, x_wide, w0_wide, *weights,
+                          *[b if b is not None else y.new_empty((0,)) for b in biases], *saved)
     ctx.has_bias = tuple(b is not None for b in biases)
 
 
 def _op_backward(ctx, grad_outputs):
     grad_y = grad_outputs[0]  # the saved tensors get no gradient
-    x, y, *rest = ctx.saved_tensors
+    x, y, x_wide, w0_wide, *rest = ctx.saved_tensors
     layers = ctx.layers
     weights, biases = rest[:layers], [b if has else None for b, has in zip(rest[layers:2 * layers], ctx.has_bias)]
     saved = rest[2 * layers:]
@@ -456,7 +521,7 @@ def _op_backward(ctx, grad_outputs):
         return None, None, None, None, None
     needs_dx = ctx.needs_input_grad[0]
     dx, grads = torch.ops.fusedmlp.mlp_backward(grad_y, x, weights, biases, saved, y, ctx.acts, ctx.recompute,
-                                                needs_dx)
+                                                needs_dx, [x_wide, w0_wide])
     needs = [True] * (2 * layers)
     split = _split_grads(grads, weights, biases, needs)
     return (dx if needs_dx else None), split[0::2], split[1::2], None, None
