@@ -7,8 +7,8 @@ called ``backward()`` waits for it. ``torch.autograd.set_multithreading_enabled(
 it on the calling thread instead. The kernels are the same; what moves is the host's work,
 which is what bounds a step whose GPU work is short (the fused ops' backward is Python:
 launches, allocations). Side by side, each step timed both ways (median ms, ``do_bench``):
-the DLRM bottom and top MLPs (fused ``fusedmlp.mlp`` and eager ``F.linear`` + activation,
-fwd+bwd with respect to x and every weight and bias) and the DLRM training step of
+the DLRM bottom and top MLPs (fused and eager as ``fusedmlp bench mlp`` runs them, fwd+bwd
+with respect to x and every weight and bias) and the DLRM training step of
 ``fusedmlp bench dlrm`` (fused, eager with dense and with sparse table gradients).
 Writes DIR/backward_thread_{dtype}.json.
 """
@@ -20,13 +20,12 @@ import json
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-import fusedmlp
 from fusedmlp.bench.harness import environment, format_table, median_ms
 from fusedmlp.bench.suites import dlrm as dlrm_suite
+from fusedmlp.bench.suites import mlp as mlp_suite
 
-MLPS = {"bottom": ((13, 512, 256, 64, 16), "relu"), "top": ((367, 512, 256, 1), "sigmoid")}
+MLPS = {"bottom": (13, 512, 256, 64, 16), "top": (367, 512, 256, 1)}  # last activation: relu, sigmoid
 
 
 def both_threads(step) -> dict:
@@ -40,24 +39,13 @@ def both_threads(step) -> dict:
     return out
 
 
-def mlp_steps(sizes, last, batch, dtype) -> dict:
+def mlp_steps(sizes, batch, dtype) -> dict:
+    """{impl: fwd+bwd step} for fused and eager, on the inputs of ``fusedmlp bench mlp``."""
     torch.manual_seed(0)
-    x = torch.randn(batch, sizes[0], device="cuda", dtype=dtype, requires_grad=True)
-    weights = [(torch.randn(o, i, device="cuda") / i**0.5).to(dtype).requires_grad_()
-               for i, o in zip(sizes, sizes[1:])]
-    biases = [torch.zeros(o, device="cuda", dtype=dtype).requires_grad_() for o in sizes[1:]]
-    grad = torch.randn(batch, sizes[-1], device="cuda", dtype=dtype)
-    wrt = [x] + weights + biases
-
-    def eager():
-        h = x
-        for i, (w, b) in enumerate(zip(weights, biases)):
-            h = F.linear(h, w, b)
-            h = torch.sigmoid(h) if (i == len(weights) - 1 and last == "sigmoid") else torch.relu(h)
-        return torch.autograd.grad(h, wrt, grad)
-
-    return {"fused": lambda: torch.autograd.grad(fusedmlp.mlp(x, weights, biases, "relu", last), wrt, grad),
-            "eager": eager}
+    inputs, grad = mlp_suite._make_inputs((batch, *sizes), dtype)
+    wrt = [t for t in inputs if t.requires_grad]
+    make = mlp_suite._forward_fn((batch, *sizes))
+    return {impl: (lambda fn=make(impl): torch.autograd.grad(fn(*inputs), wrt, grad)) for impl in ("fused", "eager")}
 
 
 def main():
@@ -70,8 +58,8 @@ def main():
     batches = [int(b) for b in args.batches.split(",")]
     rows = []
     for batch in batches:
-        for name, (sizes, last) in MLPS.items():
-            for impl, step in mlp_steps(sizes, last, batch, dtype).items():
+        for name, sizes in MLPS.items():
+            for impl, step in mlp_steps(sizes, batch, dtype).items():
                 rows.append({"workload": f"mlp {name} fwd+bwd", "impl": impl, "batch": batch, **both_threads(step)})
                 print(rows[-1], flush=True)
     for batch in batches:

@@ -211,11 +211,16 @@ def _aligned_first_layer(x, w0):
     return _zero_padded_rows(x, padded), _zero_padded_rows(w0, padded)
 
 
+def _no_padding(like) -> tuple:
+    """``padded`` where no copy was made: two empty tensors."""
+    return like.new_empty((0,)), like.new_empty((0,))
+
+
 def _padded_first_layer_empty(x, w0) -> tuple:
     """Uninitialised tensors of the shapes ``_launch_forward`` returns as ``padded`` (fake impls)."""
     padded = _first_layer_padding(x)
     if padded is None or x.shape[0] == 0:
-        return x.new_empty((0,)), x.new_empty((0,))
+        return _no_padding(x)
     return x.new_empty((x.shape[0], padded)), w0.new_empty((w0.shape[0], padded))
 
 
@@ -257,9 +262,9 @@ def _launch_forward(x, weights, biases, plan: MLPPlan, save: bool):
     modes = plan.save if save else ("none",) * plan.layers
     saved = [x.new_empty((m, plan.widths[i + 1]) if mode != "none" else (0,)) for i, mode in enumerate(modes)]
     if m == 0:
-        return y, saved, _padded_first_layer_empty(x, weights[0])
+        return y, saved, _no_padding(y)
     x_in, w0 = _aligned_first_layer(x, weights[0])
-    padded = (x_in, w0) if x_in is not x else (y.new_empty((0,)), y.new_empty((0,)))
+    padded = (x_in, w0) if x_in is not x else _no_padding(y)
     x = x_in
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]),)  # noqa: E731
     _fwd_launcher.launch(
@@ -407,8 +412,9 @@ def _parse_acts(acts: str) -> tuple:
     return tuple(acts.split(","))
 
 
-def _plan_of(x, weights, biases, acts: tuple) -> MLPPlan:
-    widths = (weights[0].shape[1],) + tuple(w.shape[0] for w in weights)  # x may be a placeholder (``_kept_x``)
+def _plan_of(weights, biases, acts: tuple) -> MLPPlan:
+    # the widths from the weights alone: the backward's x may be a placeholder (``_kept_x``)
+    widths = (weights[0].shape[1],) + tuple(w.shape[0] for w in weights)
     return mlp_plan(widths, acts, tuple(b is not None for b in biases), FULL_MAX)
 
 
@@ -417,16 +423,16 @@ def mlp_forward_impl(x, weights, biases, acts: str, save: bool):
     ``padded`` (x and W_0 in zero-padded rows, or empty tensors) is kept for the backward when
     ``save``, and empty otherwise: the recomputing backward pads again rather than keep a
     second copy of x."""
-    y, saved, padded = _launch_forward(x, weights, biases, _plan_of(x, weights, biases, _parse_acts(acts)), save)
+    y, saved, padded = _launch_forward(x, weights, biases, _plan_of(weights, biases, _parse_acts(acts)), save)
     if not save and padded[0].numel():
-        padded = (y.new_empty((0,)), y.new_empty((0,)))
+        padded = _no_padding(y)
     return y, saved, padded
 
 
 def mlp_backward_impl(g, x, weights, biases, saved, y, acts: str, recompute: bool, needs_dx: bool, padded):
     """(dx, grads) of a fusable stack; ``recompute`` first reruns the forward to get ``saved``
     (and ``padded``)."""
-    plan = _plan_of(x, weights, biases, _parse_acts(acts))
+    plan = _plan_of(weights, biases, _parse_acts(acts))
     if recompute:
         y, saved, padded = _launch_forward(x, weights, biases, plan, True)
     return _launch_backward(g, x, weights, saved, y, plan, needs_dx, padded)
@@ -442,10 +448,10 @@ def _mlp_op(x: torch.Tensor, weights: list[torch.Tensor], biases: list[Optional[
 
 @_mlp_op.register_fake
 def _(x, weights, biases, acts, save):
-    plan = _plan_of(x, weights, biases, _parse_acts(acts))
+    plan = _plan_of(weights, biases, _parse_acts(acts))
     modes = plan.save if save else ("none",) * plan.layers
     m = x.shape[0]
-    padded = _padded_first_layer_empty(x, weights[0]) if save else (x.new_empty((0,)), x.new_empty((0,)))
+    padded = _padded_first_layer_empty(x, weights[0]) if save else _no_padding(x)
     return [x.new_empty((m, plan.widths[-1]))] + [
         x.new_empty((m, plan.widths[i + 1]) if mode != "none" else (0,)) for i, mode in enumerate(modes)
     ] + list(padded)
@@ -460,7 +466,7 @@ def _mlp_backward_op(g: torch.Tensor, x: torch.Tensor, weights: list[torch.Tenso
 
 @_mlp_backward_op.register_fake
 def _(g, x, weights, biases, saved, y, acts, recompute, needs_dx, padded):
-    plan = _plan_of(x, weights, biases, _parse_acts(acts))
+    plan = _plan_of(weights, biases, _parse_acts(acts))
     return _new_dx(g, plan, needs_dx), g.new_empty((plan.total,))
 
 
