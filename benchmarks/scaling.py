@@ -9,7 +9,9 @@ dlrm    data-parallel training steps of the Kaggle-size DLRM (fusedmlp.dlrm.para
         gradient sums and updates the tables on a side stream, alongside the dense backward),
         fused_graph (that step captured in a CUDA graph, collectives included), eager_sparse;
         fused_serial and fused_graph_serial run the table exchange and update on the main
-        stream instead (DLRMOptimizer(overlap_tables=False)).
+        stream instead (DLRMOptimizer(overlap_tables=False)); fused_late and fused_graph_late
+        all-reduce the dense gradients after the backward, not module by module during it
+        (DataParallel.reduce_early left off).
 swiglu  a stack of --layers SwiGLU feed-forwards (d=4096, hidden=14336, bf16), forward +
         backward on --tokens tokens per GPU; fused (fusedmlp.SwiGLU) and eager (the same
         projections as nn.Linear + F.silu). With N = 1 the plain modules, with N > 1 each layer
@@ -117,9 +119,12 @@ def dlrm_row(impl, args, parallel) -> dict:
     global_batch = args.batch * parallel.world
     torch.manual_seed(0)
     serial = impl.endswith("_serial")  # the table update on the main stream, not overlapped
-    base = impl.removesuffix("_serial")
+    late = impl.endswith("_late")  # the dense all-reduce after the backward
+    base = impl.removesuffix("_serial").removesuffix("_late")
     model = _model(base, dtype, device="cuda")
     parallel.broadcast_model(model)
+    if not late:
+        parallel.reduce_early(model)
     optimizer = DLRMOptimizer(model, "sgd", 0.01, group=parallel.table_group,
                               overlap_tables=False if serial else None)
     # the global batch on every rank (same seed): each rank trains on its share

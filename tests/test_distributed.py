@@ -148,3 +148,29 @@ def test_dlrm_two_gpus_equal_one(small_data, tmp_path, graph):
     _one_process(small_data, "--impl", "fused", "--batch-size", "50", "--steps", "6", *extra,
                  "--checkpoint", str(one), device="cuda")
     _assert_same_model(two, one, 1e-5)
+
+
+def test_one_buffer_finds_gradients_that_lie_back_to_back():
+    """``one_buffer`` (what lets DataParallel.reduce_early all-reduce a module's gradients in
+    place): a flat view over views that tile one buffer, in any order; None for a gap, an
+    overlap, separate tensors or mixed dtypes; and the fused MLP's gradients are such views."""
+    from fusedmlp import FusedMLP
+    from fusedmlp.dlrm.parallel import one_buffer
+
+    flat = torch.randn(10)
+    view = one_buffer([flat[6:], flat[:6].view(2, 3)])
+    assert view is not None and view.data_ptr() == flat.data_ptr() and torch.equal(view, flat)
+    assert one_buffer([flat[:4], flat[5:]]) is None  # a gap
+    assert one_buffer([flat[:6], flat[4:]]) is None  # an overlap
+    assert one_buffer([torch.randn(3), torch.randn(4)]) is None
+    assert one_buffer([flat[:6].view(3, 2).t(), flat[6:]]) is None  # not contiguous
+    mlp = FusedMLP((13, 24, 8, 1), activation="relu")
+    mlp(torch.randn(20, 13)).sum().backward()
+    grads = [p.grad for p in mlp.parameters()]
+    view = one_buffer(grads)
+    if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
+        # the fused op's gradients: views of its one flat buffer
+        assert view is not None and view.numel() == sum(g.numel() for g in grads)
+        before = [g.clone() for g in grads]
+        view.mul_(2.0)  # an in-place all-reduce writes through to every gradient
+        assert all(torch.equal(g, 2 * b) for g, b in zip(grads, before))

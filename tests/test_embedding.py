@@ -119,16 +119,20 @@ def test_sums_per_row_for_the_exchange(dtype):
 @pytest.mark.parametrize("kind", ["sgd", "adagrad"])
 @pytest.mark.parametrize("world", [1, 2, 3])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_merged_update_of_the_ranks_lists(kind, world, dtype):
+@pytest.mark.parametrize("rows, bound, lookups", [(300, 160, 150), (6000, 900, 1000)])
+def test_merged_update_of_the_ranks_lists(kind, world, dtype, rows, bound, lookups):
     """The update from the gathered (row, sum) lists of ``world`` ranks (what each rank runs
     after the exchange): rows held by one rank, by some, by all; lookups outside their table;
-    lists of different lengths padded; against float64 on the union of every rank's lookups."""
-    rows, dim, bound = 300, 12, 160
+    lists of different lengths padded; against float64 on the union of every rank's lookups.
+    The larger lists span several programs of the kernel, each searching its own window of
+    the other ranks' lists."""
+    dim = 12
+    base = lookups
     weight64 = torch.randn(rows, dim, dtype=torch.float64, device=DEVICE) * 0.1  # updates of about 0.1
     state64 = torch.rand_like(weight64) + 0.5 if kind == "adagrad" else None
     lists, all_keys, all_grads = [], [], []
     for rank in range(world):
-        lookups = 150 + 40 * rank
+        lookups = base + 40 * rank
         keys = torch.randint(0, rows, (lookups,), device=DEVICE)
         keys[:30] = 7  # a row every rank holds
         keys[30:40] = 100 + rank  # rows of one rank each

@@ -6,7 +6,10 @@ One global step: the global batch (``world x --batch-size`` rows of the epoch's 
 is split into ``world`` contiguous, near-equal shares, one per rank. Each rank's loss is
 ``sum of its rows' BCE / global rows``, so the ranks' losses add up to the global mean and
 gradients are summed, never averaged:
-    dense parameters    one all-reduce (sum) of all their gradients, flattened
+    dense parameters    an all-reduce (sum) of their gradients: with ``reduce_early``, one per
+                        module, started by the backward as soon as the module's gradients
+                        are all there (in place, when they lie back to back in one buffer: the
+                        fused MLP's), the rest flattened into one after the backward
     fused tables        the embedding backward sums each rank's gradients per row, gathers
                         every rank's (row, sum) lists and each rank applies the same update
                         (``SparseOptimizer.group``): the replicas stay identical without ever
@@ -18,7 +21,9 @@ floating-point additions. Validation splits its rows the same way and gathers th
 
 from __future__ import annotations
 
+import functools
 import os
+from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
@@ -32,6 +37,33 @@ def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
+def one_buffer(tensors: list[torch.Tensor]) -> torch.Tensor | None:
+    """A flat view of the memory ``tensors`` fill when they lie back to back in one buffer
+    (contiguous, one dtype, no gap or overlap, in any order), else None."""
+    first = tensors[0]
+    storage = first.untyped_storage()
+    for t in tensors:
+        if (t.untyped_storage().data_ptr() != storage.data_ptr() or t.dtype != first.dtype
+                or not t.is_contiguous()):
+            return None
+    spans = sorted((t.storage_offset(), t.numel()) for t in tensors)
+    start = end = spans[0][0]
+    for offset, numel in spans:
+        if offset != end:
+            return None
+        end += numel
+    return first.new_empty((0,)).set_(storage, start, (end - start,), (1,))
+
+
+@dataclass(eq=False)
+class _EarlyGroup:
+    """One module's dense parameters, whose gradients are all-reduced once all have arrived."""
+
+    params: list
+    arrived: int = 0
+    work: object = None
+
+
 class DataParallel:
     """The rank's place in the process group and the collectives of a data-parallel step; with
     one process (``world == 1``) every method is the single-process computation."""
@@ -42,6 +74,7 @@ class DataParallel:
         self.world = world_size(self.group)
         self.rank = dist.get_rank(self.group) if initialised else 0
         self._table_group = None
+        self._early: dict[int, list[_EarlyGroup]] = {}  # id(model) -> its modules' groups
 
     @property
     def table_group(self):
@@ -100,11 +133,51 @@ class DataParallel:
             for tensor in list(model.parameters()) + list(model.buffers()):
                 dist.broadcast(tensor, 0, group=self.group)
 
+    def reduce_early(self, model: torch.nn.Module) -> None:
+        """From the next backward on, start each child module's all-reduce as soon as the
+        backward has accumulated all of its dense gradients (a post-accumulate-grad hook per
+        parameter), so that it runs while the backward goes on with the other modules (DLRM:
+        the top MLP's, during the interaction's and the bottom MLP's backward). Only gradients
+        that lie back to back in one buffer (``one_buffer``: the fused MLP's, views of one
+        flat buffer) are reduced so, in place; others wait for ``reduce_gradients``, which
+        must follow every backward (gradients accumulated over two backwards before it would
+        be reduced twice: an error). No-op with one process."""
+        if self.world == 1 or id(model) in self._early:
+            return
+        groups = self._early[id(model)] = []
+        for child in model.children():
+            params = [p for p in child.parameters() if p.requires_grad]
+            if params:
+                group = _EarlyGroup(params)
+                for p in params:
+                    p.register_post_accumulate_grad_hook(functools.partial(self._arrived, group))
+                groups.append(group)
+
+    def _arrived(self, group: _EarlyGroup, param: torch.Tensor) -> None:
+        if group.work is not None:
+            raise RuntimeError("a backward accumulated into gradients that an earlier backward's all-reduce "
+                               "already started on: call reduce_gradients after every backward")
+        if param.grad is None:  # (the fused tables' weight: updated in the backward, no gradient)
+            return
+        group.arrived += 1
+        if group.arrived == len(group.params) and not any(p.grad.is_sparse for p in group.params):
+            flat = one_buffer([p.grad for p in group.params])
+            if flat is not None:
+                group.work = dist.all_reduce(flat, group=self.group, async_op=True)
+
     def reduce_gradients(self, model: torch.nn.Module) -> None:
-        """Sum every gradient over the ranks (dense ones in one flat all-reduce)."""
+        """Sum every gradient over the ranks: wait for the all-reduces the backward started
+        (``reduce_early``), then the other dense gradients in one flat all-reduce."""
         if self.world == 1:
             return
-        dense = [p.grad for p in model.parameters() if p.grad is not None and not p.grad.is_sparse]
+        reduced = set()
+        for group in self._early.get(id(model), ()):
+            if group.work is not None:
+                group.work.wait()  # the current stream waits; the host does not
+                reduced.update(id(p) for p in group.params)
+            group.work, group.arrived = None, 0
+        dense = [p.grad for p in model.parameters()
+                 if p.grad is not None and not p.grad.is_sparse and id(p) not in reduced]
         if dense:
             flat = torch.cat([g.reshape(-1) for g in dense])
             dist.all_reduce(flat, group=self.group)

@@ -281,6 +281,7 @@ def train(args) -> dict:
     _check_tables(data, config)
     model, forward = build_model(config, impl, device, args.sparse)
     parallel.broadcast_model(model)
+    parallel.reduce_early(model)
     optimizer = build_optimizer(model, args.optimizer, args.lr, parallel)
     progress = {"step": 0, "epoch": 0, "position": 0}
     if resume:

@@ -35,8 +35,12 @@ Data-parallel tables (ops/embedding.py): each rank first sums its own lookups pe
 gather each other's lists of (row, sum), every list sorted by row with no row twice and padded
 with R at the end, and ``embedding_merged_update_kernel``
 applies the update from those WORLD lists directly: an entry of rank r whose row no earlier
-rank holds adds the sums of the later ranks that hold it (binary searches in their lists),
-in rank order, and updates the row. No second sort: the lists are sorted already.
+rank holds adds the sums of the later ranks that hold it, in rank order, and updates the row.
+No second sort: the lists are sorted already. Where the other ranks hold an entry's row
+depends on the keys alone, so ``embedding_merge_links_kernel`` finds it (binary searches in
+their lists) in the forward, once the keys are exchanged; the backward's update then reads
+the sums it is linked to instead of searching (a chain of ~20 dependent loads per entry, on
+the step's critical path at its end).
 """
 
 import triton
@@ -199,13 +203,38 @@ def _find(keys_ptr, key, L, SEARCH_STEPS: tl.constexpr):
 
 
 @triton.jit
+def embedding_merge_links_kernel(
+    keys_ptr, links_ptr, L, R,
+    WORLD: tl.constexpr, SEARCH_STEPS: tl.constexpr, BLOCK_P: tl.constexpr,
+):
+    """links [WORLD, WORLD * L] (int32): ``links[o, e]`` = the position in rank o's list of the
+    row of entry e (of keys [WORLD, L], each rank's list ascending, unique, R pads), or -1
+    where rank o does not hold it (and for o = the entry's own rank). Program p takes BLOCK_P
+    entries of one rank's list."""
+    blocks_per_rank = tl.cdiv(L, BLOCK_P)
+    rank = tl.program_id(0) // blocks_per_rank
+    pos = (tl.program_id(0) % blocks_per_rank).to(tl.int64) * BLOCK_P + tl.arange(0, BLOCK_P)
+    entry = rank.to(tl.int64) * L + pos
+    key = tl.load(keys_ptr + entry, mask=pos < L, other=R).to(tl.int64)
+    held = (pos < L) & (key < R)
+    for other in tl.static_range(WORLD):
+        at = tl.full((BLOCK_P,), -1, tl.int64)
+        if other != rank:
+            where, found = _find(keys_ptr + other * L, key, L, SEARCH_STEPS)
+            at = tl.where(found & held, where, -1)
+        # links[other, entry], in int64: (other * WORLD + rank) * L + pos
+        tl.store(links_ptr + (other * WORLD + rank.to(tl.int64)) * L + pos, at.to(tl.int32), mask=pos < L)
+
+
+@triton.jit
 def embedding_merged_update_kernel(
-    keys_ptr, sums_ptr, weight_ptr, state_ptr, L, R, hyper_ptr, stride_w, stride_s,
-    WORLD: tl.constexpr, SEARCH_STEPS: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
+    keys_ptr, links_ptr, sums_ptr, weight_ptr, state_ptr, L, R, hyper_ptr, stride_w, stride_s,
+    WORLD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_P: tl.constexpr, OPTIMIZER: tl.constexpr, ACC_DTYPE: tl.constexpr,
 ):
     """The update from the ranks' gathered lists: keys [WORLD, L] (each ascending, unique, R
-    pads), sums [WORLD, L, D]. Program p takes BLOCK_P entries of one rank's list."""
+    pads), sums [WORLD, L, D], links [WORLD, WORLD * L] (``embedding_merge_links_kernel``).
+    Program p takes BLOCK_P entries of one rank's list."""
     blocks_per_rank = tl.cdiv(L, BLOCK_P)
     rank = tl.program_id(0) // blocks_per_rank
     pos = (tl.program_id(0) % blocks_per_rank).to(tl.int64) * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -216,12 +245,12 @@ def embedding_merged_update_kernel(
     total = tl.load(sums_ptr + entry[:, None] * D + col, mask=mine[:, None] & (col < D), other=0.0).to(ACC_DTYPE)
     for other in tl.static_range(WORLD):
         # an earlier rank holding the row updates it; a later one's sum joins this one, in rank order
-        if other < rank:
-            found = _find(keys_ptr + other * L, key, L, SEARCH_STEPS)[1]
-            mine = mine & (found == 0)
-        if other > rank:
-            at, found = _find(keys_ptr + other * L, key, L, SEARCH_STEPS)
-            later = found & mine
-            total += tl.load(sums_ptr + (other * L + at)[:, None] * D + col, mask=later[:, None] & (col < D),
-                             other=0.0).to(ACC_DTYPE)
+        if other != rank:
+            at = tl.load(links_ptr + (other * WORLD + rank.to(tl.int64)) * L + pos, mask=mine, other=-1).to(tl.int64)
+            if other < rank:
+                mine = mine & (at < 0)
+            else:
+                later = mine & (at >= 0)
+                total += tl.load(sums_ptr + (other * L + at)[:, None] * D + col, mask=later[:, None] & (col < D),
+                                 other=0.0).to(ACC_DTYPE)
     _update_rows(weight_ptr, state_ptr, key, total, mine, hyper_ptr, stride_w, stride_s, D, D_PAD, OPTIMIZER)

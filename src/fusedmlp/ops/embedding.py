@@ -25,7 +25,8 @@ import triton
 
 from ..kernels.embedding import (OPTIMIZER_ADAGRAD, OPTIMIZER_SGD, embedding_carried_update_kernel,
                                  embedding_distinct_keys_kernel, embedding_gather_kernel,
-                                 embedding_merged_update_kernel, embedding_segment_update_kernel)
+                                 embedding_merge_links_kernel, embedding_merged_update_kernel,
+                                 embedding_segment_update_kernel)
 from .._distributed import gather_padded, world_size
 from ..kernels.launch import launch
 from ._common import acc_dtypes, check_tensor, use_triton
@@ -244,12 +245,14 @@ class _UpdatePlan:
     the update overlaps, where it runs alongside the dense forward, so that the backward's
     update starts from the gradients (the sort of 1.7M keys took 120 us of DLRM's backward).
     One rank: ``segment_keys`` are the sorted keys. Several: the runs of ``_distinct_runs``,
-    the ranks' distinct keys, already gathered (``exchanged_keys`` [world * longest]), and the
-    zeroed buffer of this rank's sums (``sums`` [longest, D], the table's dtype)."""
+    the ranks' distinct keys, already gathered (``exchanged_keys`` [world * longest]), where
+    each other rank holds each of their rows (``links``: ``_merge_links``), and the zeroed
+    buffer of this rank's sums (``sums`` [longest, D], the table's dtype)."""
 
     order: torch.Tensor
     segment_keys: torch.Tensor
     exchanged_keys: torch.Tensor | None = None
+    links: torch.Tensor | None = None
     sums: torch.Tensor | None = None
 
 
@@ -266,7 +269,8 @@ def _update_plan(keys, weight, batch: int, optimizer: SparseOptimizer) -> _Updat
     distinct = keys.new_empty((_row_bound(keys.numel(), batch, optimizer),))
     run, order = _distinct_runs(keys, rows, distinct)
     exchanged, longest = gather_padded(distinct, rows, optimizer.group)
-    return _UpdatePlan(order, run, exchanged, weight.new_zeros((longest, dim)))
+    world = world_size(optimizer.group)
+    return _UpdatePlan(order, run, exchanged, _merge_links(exchanged, rows, world), weight.new_zeros((longest, dim)))
 
 
 def _state_and_hyper(weight, optimizer: SparseOptimizer):
@@ -276,17 +280,33 @@ def _state_and_hyper(weight, optimizer: SparseOptimizer):
     return state, optimizer.hyper(acc_dtypes(weight.dtype)[1], weight.device)
 
 
-def _merged_update(keys, sums, weight, optimizer: SparseOptimizer, world: int) -> None:
+def _merge_links(keys, rows: int, world: int) -> torch.Tensor:
+    """Where each rank holds the row of every entry of the gathered lists keys [world * L]
+    (each rank's L ascending and unique but for the padding key ``rows``): links
+    [world, world * L] int32, a position in that rank's list or -1 (kernels/embedding.py).
+    It needs the keys alone: the forward makes it, so that the backward's update does not search."""
+    length = keys.numel() // world
+    links = torch.empty((world, keys.numel()), dtype=torch.int32, device=keys.device)
+    if length:
+        launch(embedding_merge_links_kernel, (world * triton.cdiv(length, _BLOCK_P),), keys, links, length, rows,
+               WORLD=world, SEARCH_STEPS=max(1, length.bit_length()), BLOCK_P=_BLOCK_P, num_warps=4)
+    return links
+
+
+def _merged_update(keys, sums, weight, optimizer: SparseOptimizer, world: int, links=None) -> None:
     """The update from the ranks' gathered (row, sum) lists: keys [world * L], each rank's L
-    ascending and unique but for the padding key R; sums [world * L, D] (kernels/embedding.py)."""
+    ascending and unique but for the padding key R; sums [world * L, D] (kernels/embedding.py);
+    ``links``: ``_merge_links`` of the keys, made here when not given."""
     rows, dim = weight.shape
     length = keys.numel() // world
     if length == 0:
         return
+    if links is None:
+        links = _merge_links(keys, rows, world)
     state, hyper = _state_and_hyper(weight, optimizer)
-    launch(embedding_merged_update_kernel, (world * triton.cdiv(length, _BLOCK_P),), keys, sums.contiguous(),
+    launch(embedding_merged_update_kernel, (world * triton.cdiv(length, _BLOCK_P),), keys, links, sums.contiguous(),
            weight, state, length, rows, hyper, weight.stride(0), state.stride(0),
-           WORLD=world, SEARCH_STEPS=max(1, length.bit_length()), D=dim, D_PAD=_pad(dim), BLOCK_P=_BLOCK_P,
+           WORLD=world, D=dim, D_PAD=_pad(dim), BLOCK_P=_BLOCK_P,
            OPTIMIZER=_KINDS[optimizer.kind], ACC_DTYPE=acc_dtypes(weight.dtype)[0], num_warps=4)
 
 
@@ -311,7 +331,7 @@ def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer, plan: _Up
         # as long as the longest rank's list already: no padding, no lengths exchanged
         sums = gather_padded(plan.sums, 0, optimizer.group, longest=plan.sums.shape[0])[0]
         # the ranks' lists are sorted: merged as they are, no second sort
-        _merged_update(plan.exchanged_keys, sums, weight, optimizer, world_size(optimizer.group))
+        _merged_update(plan.exchanged_keys, sums, weight, optimizer, world_size(optimizer.group), plan.links)
         return
     world = world_size(optimizer.group)
     if world > 1:
