@@ -119,15 +119,13 @@ def test_sums_per_row_for_the_exchange(dtype):
 @pytest.mark.parametrize("kind", ["sgd", "adagrad"])
 @pytest.mark.parametrize("world", [1, 2, 3])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("rows, bound, lookups, stages", [(300, 160, 150, 1), (300, 160, 150, 4),
-                                                          (6000, 900, 1000, 3)])
-def test_merged_update_of_the_ranks_lists(kind, world, dtype, rows, bound, lookups, stages):
+@pytest.mark.parametrize("rows, bound, lookups", [(300, 160, 150), (6000, 900, 1000)])
+def test_merged_update_of_the_ranks_lists(kind, world, dtype, rows, bound, lookups):
     """The update from the gathered (row, sum) lists of ``world`` ranks (what each rank runs
     after the exchange): rows held by one rank, by some, by all; lookups outside their table;
     lists of different lengths padded; against float64 on the union of every rank's lookups.
-    With several stages the sums arrive chunk by chunk (``before_stage`` copies chunk s in;
-    the buffer holds NaN before), so a stage that read a chunk before its arrival would spoil
-    the weights; the larger lists span several programs of every stage."""
+    The larger lists span several programs of the kernel, each searching its own window of
+    the other ranks' lists."""
     dim = 12
     base = lookups
     weight64 = torch.randn(rows, dim, dtype=torch.float64, device=DEVICE) * 0.1  # updates of about 0.1
@@ -150,25 +148,8 @@ def test_merged_update_of_the_ranks_lists(kind, world, dtype, rows, bound, looku
     start = weight64.to(dtype)
     weight = start.clone()
     optimizer = SparseOptimizer(kind, 0.1, state=None if state64 is None else state64.float())
-    if embedding_ops.use_triton(weight) and stages == 1:
+    if embedding_ops.use_triton(weight):
         embedding_ops._merged_update(keys, sums, weight, optimizer, world)
-    elif embedding_ops.use_triton(weight):
-        chunk = -(-bound // stages)
-        links, ends = embedding_ops._merge_links(keys, rows, world, stages, chunk)
-        assert ends.shape == (stages + 1, world) and (ends[0] == 0).all() and (ends[-1] == bound).all()
-        assert (ends[1:] >= ends[:-1]).all()
-        # what the exchange delivers: chunk s of every rank's sums, [stages, world * chunk, D]
-        padded = torch.cat([sums.view(world, bound, dim), sums.new_zeros((world, stages * chunk - bound, dim))], 1)
-        delivered = padded.view(world, stages, chunk, dim).transpose(0, 1).reshape(stages, world * chunk, dim)
-        gathered = torch.full_like(delivered, float("nan"))
-        arrived = []
-
-        def before_stage(stage):
-            arrived.append(stage)
-            gathered[stage].copy_(delivered[stage])
-
-        embedding_ops._merged_update(keys, gathered, weight, optimizer, world, links, ends, chunk, before_stage)
-        assert arrived == list(range(stages))
     else:  # CPU without the interpreter: the PyTorch path of the same update
         pytest.skip("the merged update is a Triton kernel")
     keys64 = torch.cat(all_keys).long()

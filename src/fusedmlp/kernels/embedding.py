@@ -204,22 +204,13 @@ def _find(keys_ptr, key, L, SEARCH_STEPS: tl.constexpr):
 
 @triton.jit
 def embedding_merge_links_kernel(
-    keys_ptr, links_ptr, ends_ptr, L, R, CHUNK,
-    WORLD: tl.constexpr, WORLD_PAD: tl.constexpr, STAGES: tl.constexpr, SEARCH_STEPS: tl.constexpr,
-    BLOCK_P: tl.constexpr,
+    keys_ptr, links_ptr, L, R,
+    WORLD: tl.constexpr, SEARCH_STEPS: tl.constexpr, BLOCK_P: tl.constexpr,
 ):
-    """What the merged update needs from the keys [WORLD, L] alone (each rank's list ascending,
-    unique, R pads), made in the forward:
-
-    - links [WORLD, WORLD * L] (int32): ``links[o, e]`` = the position in rank o's list of the
-      row of entry e, or -1 where rank o does not hold it (and for o = the entry's own rank);
-    - ends [STAGES + 1, WORLD] (int32): stage s of the update takes rank r's positions
-      ``ends[s, r] .. ends[s + 1, r]``: the entries whose keys lie below ``bound_s``, the
-      smallest last key of any rank's chunk s of positions (``CHUNK`` each) plus one (R + 1 for
-      the last stage). Every rank's entries below that bound lie in its chunks 0..s, so stage s
-      can run once those chunks of the sums have arrived.
-
-    Program p takes BLOCK_P entries of one rank's list; program 0 also writes ends."""
+    """links [WORLD, WORLD * L] (int32): ``links[o, e]`` = the position in rank o's list of the
+    row of entry e (of keys [WORLD, L], each rank's list ascending, unique, R pads), or -1
+    where rank o does not hold it (and for o = the entry's own rank). Program p takes BLOCK_P
+    entries of one rank's list."""
     blocks_per_rank = tl.cdiv(L, BLOCK_P)
     rank = tl.program_id(0) // blocks_per_rank
     pos = (tl.program_id(0) % blocks_per_rank).to(tl.int64) * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -233,61 +224,33 @@ def embedding_merge_links_kernel(
             at = tl.where(found & held, where, -1)
         # links[other, entry], in int64: (other * WORLD + rank) * L + pos
         tl.store(links_ptr + (other * WORLD + rank.to(tl.int64)) * L + pos, at.to(tl.int32), mask=pos < L)
-    if tl.program_id(0) == 0:
-        ranks = tl.arange(0, WORLD_PAD)
-        tl.store(ends_ptr + ranks, tl.zeros((WORLD_PAD,), tl.int32), mask=ranks < WORLD)
-        for stage in tl.static_range(STAGES):
-            bound = tl.zeros((2,), tl.int64) + R + 1
-            if stage < STAGES - 1:
-                chunk_last = tl.minimum((stage + 1) * CHUNK, L) - 1
-                lasts = tl.load(keys_ptr + ranks.to(tl.int64) * L + chunk_last, mask=ranks < WORLD, other=R)
-                bound = tl.zeros((2,), tl.int64) + tl.min(lasts.to(tl.int64), 0) + 1
-            for r in tl.static_range(WORLD):
-                end, _ = _find(keys_ptr + r * L, bound, L, SEARCH_STEPS)
-                tl.store(ends_ptr + (stage + 1) * WORLD + r + tl.arange(0, 2), end.to(tl.int32),
-                         mask=tl.arange(0, 2) == 0)
-
-
-@triton.jit
-def _gathered_row(rank, pos, CHUNK, WORLD: tl.constexpr):
-    """Row of (rank, position) in the gathered sums, chunk after chunk: [chunks, WORLD, CHUNK, D]."""
-    chunk = pos // CHUNK
-    return (chunk * WORLD + rank) * CHUNK + (pos - chunk * CHUNK)
 
 
 @triton.jit
 def embedding_merged_update_kernel(
-    keys_ptr, links_ptr, ends_ptr, sums_ptr, weight_ptr, state_ptr, STAGE, L, R, CHUNK, hyper_ptr,
-    stride_w, stride_s,
+    keys_ptr, links_ptr, sums_ptr, weight_ptr, state_ptr, L, R, hyper_ptr, stride_w, stride_s,
     WORLD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
     BLOCK_P: tl.constexpr, OPTIMIZER: tl.constexpr, ACC_DTYPE: tl.constexpr,
 ):
-    """Stage ``STAGE`` of the update from the ranks' gathered lists: keys [WORLD, L] (each
-    ascending, unique, R pads), sums [chunks, WORLD, CHUNK, D] (each rank's list cut in chunks
-    of CHUNK positions, gathered chunk by chunk), links and ends from
-    ``embedding_merge_links_kernel``. The programs stride over the stage's BLOCK_P-entry blocks
-    of every rank's list."""
-    for rank in tl.static_range(WORLD):
-        start = tl.load(ends_ptr + STAGE * WORLD + rank)
-        end = tl.load(ends_ptr + (STAGE + 1) * WORLD + rank)
-        for first in range(start + tl.program_id(0) * BLOCK_P, end, tl.num_programs(0) * BLOCK_P):
-            pos = first + tl.arange(0, BLOCK_P).to(tl.int64)
-            key = tl.load(keys_ptr + rank * L + pos, mask=pos < end, other=R).to(tl.int64)
-            mine = (pos < end) & (key < R)
-            col = tl.arange(0, D_PAD)[None, :]
-            row = _gathered_row(rank, pos, CHUNK, WORLD)
-            total = tl.load(sums_ptr + row[:, None] * D + col, mask=mine[:, None] & (col < D),
-                            other=0.0).to(ACC_DTYPE)
-            for other in tl.static_range(WORLD):
-                # an earlier rank holding the row updates it; a later one's sum joins this one, in rank order
-                if other != rank:
-                    at = tl.load(links_ptr + (other * WORLD + rank) * L + pos, mask=mine, other=-1).to(tl.int64)
-                    if other < rank:
-                        mine = mine & (at < 0)
-                    else:
-                        later = mine & (at >= 0)
-                        other_row = _gathered_row(other, at, CHUNK, WORLD)
-                        total += tl.load(sums_ptr + other_row[:, None] * D + col, mask=later[:, None] & (col < D),
-                                         other=0.0).to(ACC_DTYPE)
-            _update_rows(weight_ptr, state_ptr, key, total, mine, hyper_ptr, stride_w, stride_s, D, D_PAD,
-                         OPTIMIZER)
+    """The update from the ranks' gathered lists: keys [WORLD, L] (each ascending, unique, R
+    pads), sums [WORLD, L, D], links [WORLD, WORLD * L] (``embedding_merge_links_kernel``).
+    Program p takes BLOCK_P entries of one rank's list."""
+    blocks_per_rank = tl.cdiv(L, BLOCK_P)
+    rank = tl.program_id(0) // blocks_per_rank
+    pos = (tl.program_id(0) % blocks_per_rank).to(tl.int64) * BLOCK_P + tl.arange(0, BLOCK_P)
+    entry = rank.to(tl.int64) * L + pos
+    key = tl.load(keys_ptr + entry, mask=pos < L, other=R).to(tl.int64)
+    mine = (pos < L) & (key < R)
+    col = tl.arange(0, D_PAD)[None, :]
+    total = tl.load(sums_ptr + entry[:, None] * D + col, mask=mine[:, None] & (col < D), other=0.0).to(ACC_DTYPE)
+    for other in tl.static_range(WORLD):
+        # an earlier rank holding the row updates it; a later one's sum joins this one, in rank order
+        if other != rank:
+            at = tl.load(links_ptr + (other * WORLD + rank.to(tl.int64)) * L + pos, mask=mine, other=-1).to(tl.int64)
+            if other < rank:
+                mine = mine & (at < 0)
+            else:
+                later = mine & (at >= 0)
+                total += tl.load(sums_ptr + (other * L + at)[:, None] * D + col, mask=later[:, None] & (col < D),
+                                 other=0.0).to(ACC_DTYPE)
+    _update_rows(weight_ptr, state_ptr, key, total, mine, hyper_ptr, stride_w, stride_s, D, D_PAD, OPTIMIZER)

@@ -27,9 +27,9 @@ from ..kernels.embedding import (OPTIMIZER_ADAGRAD, OPTIMIZER_SGD, embedding_car
                                  embedding_distinct_keys_kernel, embedding_gather_kernel,
                                  embedding_merge_links_kernel, embedding_merged_update_kernel,
                                  embedding_segment_update_kernel)
-from .._distributed import _all_gather, gather_padded, world_size
-from ..kernels.launch import INTERPRET, launch
-from ._common import acc_dtypes, check_tensor, num_sms, use_triton
+from .._distributed import gather_padded, world_size
+from ..kernels.launch import launch
+from ._common import acc_dtypes, check_tensor, use_triton
 
 __all__ = ["SparseOptimizer", "embedding_lookup", "embedding_lookup_reference", "sparse_update_reference"]
 
@@ -38,11 +38,6 @@ _GATHER_ELEMENTS = 4096  # elements of the [lookups, D_PAD] tile of a gather pro
 _BLOCK_P = 128           # sorted lookups per program of the update
 _W_BLOCKS = 64           # earlier blocks read at once when finishing a run that crosses blocks
 _DISTINCT_BLOCK = 1024   # sorted lookups per program of the distinct-keys listing
-# Several ranks: the per-row sums travel in this many chunks and the merged update runs in as
-# many stages, each once its chunk has arrived, so that one chunk's transfer runs beside the
-# previous stage's update (kernels/embedding.py; the whole exchange took 98 us of a DLRM step's
-# critical path on 2 H200s, with the update after it)
-MERGE_STAGES = 4
 
 
 @dataclass
@@ -251,16 +246,13 @@ class _UpdatePlan:
     update starts from the gradients (the sort of 1.7M keys took 120 us of DLRM's backward).
     One rank: ``segment_keys`` are the sorted keys. Several: the runs of ``_distinct_runs``,
     the ranks' distinct keys, already gathered (``exchanged_keys`` [world * longest]), where
-    each other rank holds each of their rows and the stages of the merged update (``links``,
-    ``ends``: ``_merge_links``), the chunk length of the exchange, and the zeroed buffer of
-    this rank's sums (``sums`` [stages * chunk, D], the table's dtype)."""
+    each other rank holds each of their rows (``links``: ``_merge_links``), and the zeroed
+    buffer of this rank's sums (``sums`` [longest, D], the table's dtype)."""
 
     order: torch.Tensor
     segment_keys: torch.Tensor
     exchanged_keys: torch.Tensor | None = None
     links: torch.Tensor | None = None
-    ends: torch.Tensor | None = None
-    chunk: int = 0
     sums: torch.Tensor | None = None
 
 
@@ -277,10 +269,8 @@ def _update_plan(keys, weight, batch: int, optimizer: SparseOptimizer) -> _Updat
     distinct = keys.new_empty((_row_bound(keys.numel(), batch, optimizer),))
     run, order = _distinct_runs(keys, rows, distinct)
     exchanged, longest = gather_padded(distinct, rows, optimizer.group)
-    stages = max(1, min(MERGE_STAGES, longest))
-    chunk = max(1, triton.cdiv(longest, stages))
-    links, ends = _merge_links(exchanged, rows, world_size(optimizer.group), stages, chunk)
-    return _UpdatePlan(order, run, exchanged, links, ends, chunk, weight.new_zeros((stages * chunk, dim)))
+    world = world_size(optimizer.group)
+    return _UpdatePlan(order, run, exchanged, _merge_links(exchanged, rows, world), weight.new_zeros((longest, dim)))
 
 
 def _state_and_hyper(weight, optimizer: SparseOptimizer):
@@ -290,50 +280,34 @@ def _state_and_hyper(weight, optimizer: SparseOptimizer):
     return state, optimizer.hyper(acc_dtypes(weight.dtype)[1], weight.device)
 
 
-def _merge_links(keys, rows: int, world: int, stages: int = 1, chunk: int | None = None) -> tuple:
-    """What the merged update needs of the gathered lists keys [world * L] (each rank's L
-    ascending and unique but for the padding key ``rows``), from the keys alone, so the
-    forward makes it (kernels/embedding.py): ``links`` [world, world * L] int32, where each
-    rank holds each entry's row (a position in its list, or -1), and ``ends`` [stages + 1,
-    world] int32, each stage's positions in each rank's list for sums gathered in chunks of
-    ``chunk`` positions (default: one stage, one chunk of L)."""
+def _merge_links(keys, rows: int, world: int) -> torch.Tensor:
+    """Where each rank holds the row of every entry of the gathered lists keys [world * L]
+    (each rank's L ascending and unique but for the padding key ``rows``): links
+    [world, world * L] int32, a position in that rank's list or -1 (kernels/embedding.py).
+    It needs the keys alone: the forward makes it, so that the backward's update does not search."""
     length = keys.numel() // world
-    chunk = chunk or max(1, length)
     links = torch.empty((world, keys.numel()), dtype=torch.int32, device=keys.device)
-    ends = torch.zeros((stages + 1, world), dtype=torch.int32, device=keys.device)
     if length:
-        launch(embedding_merge_links_kernel, (world * triton.cdiv(length, _BLOCK_P),), keys, links, ends, length,
-               rows, chunk, WORLD=world, WORLD_PAD=max(2, triton.next_power_of_2(world)), STAGES=stages,
-               SEARCH_STEPS=max(1, length.bit_length()), BLOCK_P=_BLOCK_P, num_warps=4)
-    return links, ends
+        launch(embedding_merge_links_kernel, (world * triton.cdiv(length, _BLOCK_P),), keys, links, length, rows,
+               WORLD=world, SEARCH_STEPS=max(1, length.bit_length()), BLOCK_P=_BLOCK_P, num_warps=4)
+    return links
 
 
-def _merged_update(keys, sums, weight, optimizer: SparseOptimizer, world: int, links=None, ends=None,
-                   chunk: int | None = None, before_stage=None) -> None:
+def _merged_update(keys, sums, weight, optimizer: SparseOptimizer, world: int, links=None) -> None:
     """The update from the ranks' gathered (row, sum) lists: keys [world * L], each rank's L
-    ascending and unique but for the padding key R; sums [stages, world * chunk, D], each
-    rank's sums cut in chunks of ``chunk`` positions and gathered chunk by chunk (one chunk of
-    L: sums [world * L, D] as gathered at once); ``links``, ``ends``: ``_merge_links`` of the
-    keys (one stage, made here, when not given). ``before_stage(s)`` runs before stage s is
-    launched (the exchange's wait for chunk s)."""
+    ascending and unique but for the padding key R; sums [world * L, D] (kernels/embedding.py);
+    ``links``: ``_merge_links`` of the keys, made here when not given."""
     rows, dim = weight.shape
     length = keys.numel() // world
     if length == 0:
         return
     if links is None:
-        links, ends = _merge_links(keys, rows, world)
-    chunk = chunk or length
-    stages = ends.shape[0] - 1
+        links = _merge_links(keys, rows, world)
     state, hyper = _state_and_hyper(weight, optimizer)
-    # each stage strides over its blocks: about a stage's share of them, at most 8 per SM
-    programs = min(triton.cdiv(world * triton.cdiv(length, _BLOCK_P), stages), 8 * (4 if INTERPRET else num_sms(weight)))
-    for stage in range(stages):
-        if before_stage is not None:
-            before_stage(stage)
-        launch(embedding_merged_update_kernel, (max(1, programs),), keys, links, ends, sums, weight, state, stage,
-               length, rows, chunk, hyper, weight.stride(0), state.stride(0),
-               WORLD=world, D=dim, D_PAD=_pad(dim), BLOCK_P=_BLOCK_P,
-               OPTIMIZER=_KINDS[optimizer.kind], ACC_DTYPE=acc_dtypes(weight.dtype)[0], num_warps=4)
+    launch(embedding_merged_update_kernel, (world * triton.cdiv(length, _BLOCK_P),), keys, links, sums.contiguous(),
+           weight, state, length, rows, hyper, weight.stride(0), state.stride(0),
+           WORLD=world, D=dim, D_PAD=_pad(dim), BLOCK_P=_BLOCK_P,
+           OPTIMIZER=_KINDS[optimizer.kind], ACC_DTYPE=acc_dtypes(weight.dtype)[0], num_warps=4)
 
 
 def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer, plan: _UpdatePlan | None = None) -> None:
@@ -354,16 +328,10 @@ def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer, plan: _Up
         # the sums come in the table's dtype: for bf16 tables half the bytes of fp32 sums, at the
         # cost of one rounding of each rank's sum (eager PyTorch sums bf16 sparse gradients in bf16)
         _sum_runs(grad.contiguous(), plan.segment_keys, plan.order, plan.sums)
-        # every rank's list is as long already (no padding, no lengths exchanged); the sums
-        # travel chunk by chunk, and each stage of the update starts once its chunk is there
-        world, chunk = world_size(optimizer.group), plan.chunk
-        stages = plan.ends.shape[0] - 1
-        gathered = plan.sums.new_empty((stages, world * chunk, dim))
-        works = [_all_gather(gathered[s], plan.sums[s * chunk:(s + 1) * chunk], group=optimizer.group, async_op=True)
-                 for s in range(stages)]
+        # as long as the longest rank's list already: no padding, no lengths exchanged
+        sums = gather_padded(plan.sums, 0, optimizer.group, longest=plan.sums.shape[0])[0]
         # the ranks' lists are sorted: merged as they are, no second sort
-        _merged_update(plan.exchanged_keys, gathered, weight, optimizer, world, plan.links, plan.ends, chunk,
-                       before_stage=lambda s: works[s].wait())
+        _merged_update(plan.exchanged_keys, sums, weight, optimizer, world_size(optimizer.group), plan.links)
         return
     world = world_size(optimizer.group)
     if world > 1:
