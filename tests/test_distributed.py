@@ -164,6 +164,7 @@ def test_one_buffer_finds_gradients_that_lie_back_to_back():
     assert one_buffer([flat[:6], flat[4:]]) is None  # an overlap
     assert one_buffer([torch.randn(3), torch.randn(4)]) is None
     assert one_buffer([flat[:6].view(3, 2).t(), flat[6:]]) is None  # not contiguous
+    assert one_buffer([flat[:6], flat.view(torch.int32)[6:]]) is None  # two dtypes
     mlp = FusedMLP((13, 24, 8, 1), activation="relu")
     mlp(torch.randn(20, 13)).sum().backward()
     grads = [p.grad for p in mlp.parameters()]
