@@ -125,13 +125,12 @@ def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
     return y, h
 
 
-def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None):
+def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z):
     m, k = x.shape
     out = w1.shape[0]
     recompute, g_gemm = h is None, wd is not None
     acc_torch = acc_dtypes(x.dtype)[1]
-    if dh is None:
-        dh = torch.empty((m, 2 * out), dtype=x.dtype, device=x.device)
+    dh = torch.empty((m, 2 * out), dtype=x.dtype, device=x.device)
     z = torch.empty((m, out) if store_z else (0,), dtype=x.dtype, device=x.device)
     has_bias = b1 is not None
     db_partial = torch.empty(
@@ -193,29 +192,26 @@ def glu_forward_impl(x, w1, w2, b1, b2, act: str, store_h: bool):
     return y, (h if store_h else h.new_empty((0,)))
 
 
-def glu_backward_dh_impl(g, x, w1, w2, b1, b2, h, act: str, wd=None, store_z: bool = False, dh=None):
+def glu_backward_dh_impl(g, x, w1, w2, b1, b2, h, act: str, wd=None, store_z: bool = False):
     """(dh, db, z): the fused elementwise backward of a GLU.
 
     dh = [g * act(x2) | g * x1 * act'(x2)] ([M, 2*out], x's dtype), with h = [x1 | x2]
     recomputed when ``h`` is None; g = ``g`` [M, out], or ``g @ wd`` when ``wd`` [KG, out] is
     given (``g`` is then [M, KG]); db = dh.sum(0) in fp32 (fp64 for fp64 inputs), empty
-    without bias; z = x1 * act(x2) if ``store_z``, else empty. ``dh``: a contiguous [M, 2*out]
-    tensor to write dh into (made here when None); ``g`` may be its first half,
-    ``dh[:, :out]``: each element of g is read before the same element of dh is written
-    (eager callers only: the custom op's outputs alias no input).
+    without bias; z = x1 * act(x2) if ``store_z``, else empty.
     """
     if use_triton(x):
-        return _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh)
+        return _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z)
     acc = acc_dtypes(x.dtype)[1]
     if h is None:
         h = _glu_h_reference(x, w1, w2, b1, b2)
     x1, x2 = h.to(acc).chunk(2, dim=-1)
     g = g.to(acc) @ wd.to(acc) if wd is not None else g.to(acc)
     act_x2 = activation_reference(x2, act)
-    dh_acc = torch.cat([g * act_x2, g * x1 * activation_grad_reference(x2, act)], dim=-1)
-    db = dh_acc.sum(0) if b1 is not None else dh_acc.new_empty((0,))
+    dh = torch.cat([g * act_x2, g * x1 * activation_grad_reference(x2, act)], dim=-1)
+    db = dh.sum(0) if b1 is not None else dh.new_empty((0,))
     z = (x1 * act_x2).to(x.dtype) if store_z else x.new_empty((0,))
-    return (dh_acc.to(x.dtype) if dh is None else dh.copy_(dh_acc)), db, z
+    return dh.to(x.dtype), db, z
 
 
 @torch.library.custom_op("fusedmlp::glu_backward_dh", mutates_args=())

@@ -11,13 +11,11 @@ the tile).
 Backward, with gy = dL/dy: the pair ``[d_up | d_gate] = [g * silu(gate) | g * up * silu'(gate)]``
 of the down projection's input gradient ``g = gy @ w_down`` is formed by one fused kernel
 (``glu_backward_dh``) and written once as ``dh [M, 2*hidden]``, together with ``z`` for
-``dW_down = gy.T @ z``. With h kept (the default), g is a cuBLAS product written into dh's
-first half, which the kernel reads and overwrites element by element as it streams g and h
-(under torch.compile g is a tensor of its own: the custom op's outputs alias no input); with
-h recomputed the kernel also forms g on the tile (G_GEMM) beside the recomputed products.
-Then cuBLAS: ``[dW_up; dW_gate] = dh.T @ x`` (one product), ``dx = d_up @ w_up + d_gate @ w_gate``.
-The backward walks the rows in up to 4 chunks when its transients (dh, z) would exceed
-256 MiB, so that they exist one chunk at a time.
+``dW_down = gy.T @ z``. With h kept (the default), g is a cuBLAS product and the kernel
+streams g and h; with h recomputed the kernel also forms g on the tile (G_GEMM) beside the
+recomputed products. Then cuBLAS: ``[dW_up; dW_gate] = dh.T @ x`` (one product),
+``dx = d_up @ w_up + d_gate @ w_gate``. The backward walks the rows in up to 4 chunks when its
+transients (dh, z and g) would exceed 256 MiB, so that they exist one chunk at a time.
 Why g on cuBLAS when h is kept: with g formed on the tile the kernel carries three
 accumulators and ran at a fraction of cuBLAS's speed (d=512, hidden=1792, 16384 tokens on an
 H200: 285 us against 41 us for the product plus about 70 for the stream; benchmarks/NOTES.md).
@@ -38,7 +36,7 @@ import torch
 from ..kernels.configs import GLU_BWD_BLOCK_M
 from ._common import backward_row_chunks, check_bool, check_linear_inputs, check_same_dtype_device, check_tensor
 from .activations import activation_reference
-from .glu import glu_backward_dh, glu_backward_dh_impl, glu_forward_impl
+from .glu import glu_backward_dh, glu_forward_impl
 
 __all__ = ["swiglu", "swiglu_reference"]
 
@@ -66,20 +64,15 @@ def _backward(grad_y, x, w_gate, w_up, w_down, h, needs, traced):
     def accumulate(acc, a, b):  # acc + a @ b, summed over the chunks in a fixed order
         return a @ b if acc is None else acc.addmm_(a, b)
 
-    transient = (4 if traced and h is not None else 3) * hidden * x.element_size()  # dh, z (and g apart)
+    transient = (3 if h is None else 4) * hidden * x.element_size()  # dh, z (and g when h is kept)
     for start, stop in backward_row_chunks(x.shape[0], GLU_BWD_BLOCK_M, transient):
         rows = slice(start, stop)
         x_rows, gy = x[rows], grad_y[rows]
         if h is None:  # g = gy @ w_down on the fused kernel's tile, beside the recomputed products
             dh, _, z = glu_backward_dh(traced)(gy, x_rows, w_up, w_gate, None, None, None, "silu", w_down, needs_down)
-        elif traced:  # g on cuBLAS, then a stream over g and h (the custom op takes g apart from dh)
+        else:  # g on cuBLAS, then a stream over g and h
             dh, _, z = glu_backward_dh(traced)(gy @ w_down, x_rows, w_up, w_gate, None, None, h[rows], "silu", None,
                                                needs_down)
-        else:  # the same with g in dh's first half, which the stream overwrites: no [rows, hidden] transient
-            dh = x.new_empty((stop - start, 2 * hidden))
-            g = torch.mm(gy, w_down, out=dh[:, :hidden])
-            dh, _, z = glu_backward_dh_impl(g, x_rows, w_up, w_gate, None, None, h[rows], "silu", None, needs_down,
-                                            dh=dh)
         d_up, d_gate = dh[:, :hidden], dh[:, hidden:]
         if needs_down:
             grad_down = accumulate(grad_down, gy.t(), z)
