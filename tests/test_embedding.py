@@ -124,8 +124,7 @@ def test_merged_update_of_the_ranks_lists(kind, world, dtype, rows, bound, looku
     """The update from the gathered (row, sum) lists of ``world`` ranks (what each rank runs
     after the exchange): rows held by one rank, by some, by all; lookups outside their table;
     lists of different lengths padded; against float64 on the union of every rank's lookups.
-    The larger lists span several programs of the kernel, each searching its own window of
-    the other ranks' lists."""
+    The larger lists span several programs of the links and update kernels."""
     dim = 12
     base = lookups
     weight64 = torch.randn(rows, dim, dtype=torch.float64, device=DEVICE) * 0.1  # updates of about 0.1
