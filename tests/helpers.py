@@ -1,4 +1,6 @@
-"""Shared test helpers: the error metric and per-dtype tolerances."""
+"""Shared test helpers: the error metric, per-dtype tolerances and common checks."""
+
+import contextlib
 
 import torch
 
@@ -48,3 +50,45 @@ def check_against_float64(fused, reference, tensors, tensors64, g, g64, what="")
             continue
         assert leaf.grad is not None and leaf.grad.dtype == dtype and leaf.grad.shape == leaf.shape, f"{what} grad {i}"
         assert_close(leaf.grad, leaf64.grad, dtype, f"{what} grad of input {i}")
+
+
+def check_backward_twice(y, leaves, g, refuses: bool):
+    """Differentiate ``y`` twice through one retained graph: the same gradients both times or,
+    for a store mode whose backward reused its saved pre-activations (``refuses``), a clear
+    error the second time."""
+    import pytest
+
+    first = torch.autograd.grad(y, leaves, g, retain_graph=True)
+    if refuses:
+        with pytest.raises(RuntimeError, match="once per forward"):
+            torch.autograd.grad(y, leaves, g)
+        return
+    for again, once in zip(torch.autograd.grad(y, leaves, g), first):
+        assert torch.equal(again, once)
+
+
+def backward_peak_bytes(forward, leaves, g):
+    """(peak bytes one CUDA backward allocates beyond what its forward left, the gradients),
+    after a warm-up step (cuBLAS allocates its workspace once, on first use)."""
+    torch.autograd.grad(forward(), leaves, g)
+    y = forward()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    grads = torch.autograd.grad(y, leaves, g)
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base, grads
+
+
+@contextlib.contextmanager
+def forcing_tma_config(monkeypatch, ops, launcher, index, sms=3):
+    """Hopper only (skips elsewhere): inside the block ``launcher`` runs its config ``index``,
+    untuned, and ``ops`` sizes persistent grids for ``sms`` SMs, so that every program walks
+    several tiles even on small test shapes."""
+    import pytest
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("the TMA path is for Hopper")
+    monkeypatch.setattr(ops, "num_sms", lambda t: sms)
+    with launcher.forcing(launcher.configs[index]):
+        yield

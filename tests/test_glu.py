@@ -6,10 +6,13 @@ import sys
 
 import pytest
 import torch
-from helpers import TOLERANCE, assert_close, rel_err
+from helpers import (
+    TOLERANCE, assert_close, backward_peak_bytes, check_backward_twice, forcing_tma_config, rel_err,
+)
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import fusedmlp
+from fusedmlp.kernels.configs import GLU_TMA_CONFIGS
 from fusedmlp.ops.glu import geglu_reference
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
@@ -387,6 +390,43 @@ def test_backward_in_row_chunks(device, monkeypatch, dtype, recompute):
     x64, w64, b64, g64 = make_inputs((n,), 40, 24, dtype, device)
     cast = lambda t: t.to(dtype)  # noqa: E731
     check_against_reference(cast(x64), cast(w64), cast(b64), cast(g64), x64, w64, b64, g64, recompute, "chunked")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("index", range(len(GLU_TMA_CONFIGS)))
+def test_every_tma_config_on_gpu(monkeypatch, index):
+    """Every tile config of the persistent forward, not only the one the tuner picks (they
+    differ in tile shape, pipeline depth and tile order): several tiles per program, partial
+    row and column tiles, both memory modes."""
+    import fusedmlp.ops.glu as glu_ops
+
+    with forcing_tma_config(monkeypatch, glu_ops, glu_ops._fwd_tma_launcher, index):
+        for recompute in (True, False):
+            x64, w64, b64, g64 = make_inputs((1000,), 200, 600, torch.bfloat16, "cuda")
+            cast = lambda t: t.to(torch.bfloat16)  # noqa: E731
+            check_against_reference(cast(x64), cast(w64), cast(b64), cast(g64), x64, w64, b64, g64, recompute,
+                                    f"config {index}")
+
+
+@pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "store"])
+def test_backward_twice(device, recompute):
+    """retain_graph=True: the recompute mode differentiates again to the same gradients; the
+    store mode, whose backward wrote its gradients over the saved h, refuses clearly."""
+    x64, w64, b64, g64 = make_inputs((33,), 40, 24, torch.float32, device)
+    leaves = [t.float().requires_grad_() for t in (x64, w64, b64)]
+    check_backward_twice(fusedmlp.geglu(*leaves, recompute=recompute), leaves, g64.float(), refuses=not recompute)
+
+
+@pytest.mark.gpu
+def test_store_backward_allocates_no_dh():
+    """The store mode's backward writes dh over the saved h: its peak is the gradients, no dh."""
+    n, k, out = 8192, 1024, 2048
+    x = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = (torch.randn(2 * out, k, device="cuda") / k**0.5).to(torch.bfloat16).requires_grad_()
+    g = torch.randn(n, out, device="cuda", dtype=torch.bfloat16)
+    peak, (dx, dw) = backward_peak_bytes(lambda: fusedmlp.geglu(x, w, recompute=False), (x, w), g)
+    grads, dh = (dx.numel() + dw.numel()) * 2, n * 2 * out * 2
+    assert peak < grads + dh // 4, (peak, grads, dh)
 
 
 def test_torch_compile_with_row_chunks(device, monkeypatch):

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import assert_close, check_against_float64, rel_err
+from helpers import assert_close, check_against_float64, forcing_tma_config, rel_err
 from torch import nn
 
 import fusedmlp
@@ -126,11 +126,7 @@ def test_every_tma_config_on_gpu(monkeypatch, index):
 
     import fusedmlp.ops.linear_act as ops
 
-    if torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("the TMA path is for Hopper")
-    monkeypatch.setattr(ops, "num_sms", lambda t: 3)
-    launcher = ops._fwd_tma_launcher
-    with launcher.forcing(launcher.configs[index]):
+    with forcing_tma_config(monkeypatch, ops, ops._fwd_tma_launcher, index):
         for save_preact in (False, True):
             tensors, g = make_inputs((1000,), 200, 600, "cuda")
             try:

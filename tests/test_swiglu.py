@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import assert_close, check_against_float64, rel_err
+from helpers import assert_close, backward_peak_bytes, check_against_float64, check_backward_twice, rel_err
 
 import fusedmlp
 from fusedmlp.ops.swiglu import swiglu_reference
@@ -84,13 +84,49 @@ def test_tma_kernels(device, monkeypatch, dtype, recompute):
 
 
 @pytest.mark.parametrize("recompute", [False, True], ids=["store", "recompute"])
-def test_backward_in_row_chunks(device, monkeypatch, recompute):
+@pytest.mark.parametrize("dim", [24, 64], ids=["g_apart", "g_in_grad_pair"])
+def test_backward_in_row_chunks(device, monkeypatch, recompute, dim):
+    """Chunked backward against float64. In the store mode each chunk's g lies in dead memory:
+    the first chunk's in grad_pair when it fits ([2*40, 64] holds [128, 40]; [2*40, 24] does
+    not), each later chunk's in the previous chunk's h rows."""
     import fusedmlp.ops._common as common
+    import fusedmlp.ops.swiglu as swiglu_ops
 
     monkeypatch.setattr(common, "BWD_MIN_CHUNK_ROWS", 128)
     monkeypatch.setattr(common, "BWD_CHUNK_BYTES", 0)  # chunk however small
-    tensors, g = make_inputs((3, 100), 24, 40, device)  # 300 rows: chunks of 128, 128 and 44
+    reused = []
+    scratch = swiglu_ops._g_scratch
+
+    def recording(dead, rows, hidden, like):
+        g = scratch(dead, rows, hidden, like)
+        reused.append(dead is not None and g.data_ptr() == dead.data_ptr())
+        return g
+
+    monkeypatch.setattr(swiglu_ops, "_g_scratch", recording)
+    tensors, g = make_inputs((3, 100), dim, 40, device)  # 300 rows: chunks of 128, 128 and 44
     run_check(tensors, g, torch.float32, recompute, "chunked")
+    assert reused == ([] if recompute else [dim == 64, True, True])
+
+
+@pytest.mark.parametrize("recompute", [False, True], ids=["store", "recompute"])
+def test_backward_twice(device, recompute):
+    """retain_graph=True: the recompute mode differentiates again to the same gradients; the
+    store mode, whose backward wrote dh over the saved h, refuses clearly."""
+    tensors, g = make_inputs((50,), 24, 40, device)
+    leaves = [t.detach().float().requires_grad_() for t in tensors]
+    check_backward_twice(fusedmlp.swiglu(*leaves, recompute=recompute), leaves, g.float(), refuses=not recompute)
+
+
+@pytest.mark.gpu
+def test_store_backward_allocates_no_dh():
+    """The store mode's backward writes dh over the saved h and z over g: its peak is the
+    gradients and one g ([rows, hidden]), no dh ([rows, 2*hidden])."""
+    tokens, dim, hidden = 8192, 1024, 2816
+    tensors, g = make_inputs((tokens,), dim, hidden, "cuda")
+    leaves = [t.detach().to(torch.bfloat16).requires_grad_() for t in tensors]
+    peak, grads = backward_peak_bytes(lambda: fusedmlp.swiglu(*leaves), leaves, g.to(torch.bfloat16))
+    grad_bytes, g_bytes, dh_bytes = sum(t.numel() for t in grads) * 2, tokens * hidden * 2, tokens * 2 * hidden * 2
+    assert peak < grad_bytes + g_bytes + dh_bytes // 4, (peak, grad_bytes, g_bytes, dh_bytes)
 
 
 @pytest.mark.parametrize("recompute,expected", [(True, "x"), (False, "h,x")])

@@ -35,6 +35,32 @@ def median_ms(fn, warmup_ms: int = 100, rep_ms: int = 500) -> float:
     return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
 
 
+def median_ms_each_after(setup, fn, warmup: int = 3, rep_ms: int = 500) -> float:
+    """Median time in ms of ``fn(setup())``, CUDA-event-timed around ``fn`` alone: ``setup``
+    runs untimed before each call. For a backward that runs once per forward (the store
+    modes write their gradients over the saved pre-activations), so every timed backward
+    has a fresh forward of its own. L2 is flushed before each call, as do_bench does."""
+    flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
+
+    def timed(count):
+        pairs = []
+        for _ in range(count):
+            state = setup()
+            flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(state)
+            end.record()
+            pairs.append((start, end))
+            del state
+        torch.cuda.synchronize()
+        return sorted(a.elapsed_time(b) for a, b in pairs)
+
+    estimate = timed(warmup)[warmup // 2]
+    times = timed(max(5, min(1000, int(rep_ms / max(estimate, 1e-3)))))
+    return float(times[len(times) // 2])
+
+
 def peak_mib_above_current(fn) -> float:
     """Peak memory ``fn`` allocates beyond what is allocated when it starts, in MiB."""
     torch.cuda.synchronize()
@@ -111,7 +137,8 @@ def measure(forward, mode: str, inputs: tuple, g, steps=None):
     bare-GEMM floor: a callable) when ``steps`` is given.
 
     fwd: a training forward (inputs require grad); ``extra["retained_bytes"]`` is what the
-    forward leaves allocated (output and saved state). bwd: the backward of one kept forward.
+    forward leaves allocated (output and saved state). bwd: the backward alone, each one of
+    a fresh forward (timed apart from it).
     fwd+bwd: both. Gradients are taken for the inputs that require them, with ``g`` upstream.
     """
     extra = {}
@@ -136,11 +163,12 @@ def measure(forward, mode: str, inputs: tuple, g, steps=None):
         for _ in range(2):
             fn()
         return median_ms(fn), peak_mib_above_current(fn), extra
-    y = forward(*inputs)
-    fn = lambda: torch.autograd.grad(y, wrt, g, retain_graph=True)  # noqa: E731
-    for _ in range(2):
-        fn()
-    return median_ms(fn), peak_mib_above_current(fn), extra
+    # bwd: each timed backward has its own forward (a store mode's backward runs once per forward)
+    forward_once = lambda: forward(*inputs)  # noqa: E731
+    backward = lambda y: torch.autograd.grad(y, wrt, g)  # noqa: E731
+    ms = median_ms_each_after(forward_once, backward)
+    y = forward_once()
+    return ms, peak_mib_above_current(lambda: backward(y)), extra
 
 
 def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make_forward, gemm_steps,

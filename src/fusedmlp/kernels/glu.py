@@ -144,7 +144,10 @@ def glu_bwd_dh_kernel(
     ``stride_wdn``); otherwise ``g_ptr`` is g ``[M, OUT]``. STORE_Z also writes
     ``z[M, OUT] = x1 * t``. db partials are summed from the unrounded dh values; rows past M
     have g = 0 and so contribute nothing. ``db_partial`` is ``[cdiv(M, BLOCK_M), 2*OUT]`` fp32
-    (fp64 for fp64 inputs); dh, h and z have unit column stride.
+    (fp64 for fp64 inputs); dh, h and z have unit column stride. Without RECOMPUTE, dh may
+    be h itself and z may be g (the store mode's backward reuses their memory): a barrier
+    between the tile's loads and its stores keeps that safe whatever the compiler assumes
+    about pointers it cannot tell apart.
     """
     rows, cols, mask_rows, mask_cols, tile_m = tile_indices(M, OUT, BLOCK_M, BLOCK_N, GROUP_M)
     mask = mask_rows[:, None] & mask_cols[None, :]
@@ -168,6 +171,8 @@ def glu_bwd_dh_kernel(
         g_ptrs = g_ptr + rows[:, None] * stride_gm + cols[None, :] * stride_gn
         g = tl.load(g_ptrs, mask=mask, other=0.0).to(ACC_DTYPE)
     dh1, dh2, z = _glu_dh(g, x1, x2, ACT)
+    if not RECOMPUTE:  # dh and z may be written over h and g (in place): every load first
+        tl.debug_barrier()
     dh_ptrs = dh_ptr + rows[:, None] * stride_dhm + cols[None, :]
     tl.store(dh_ptrs, dh1.to(dh_ptr.dtype.element_ty), mask=mask)
     tl.store(dh_ptrs + OUT, dh2.to(dh_ptr.dtype.element_ty), mask=mask)

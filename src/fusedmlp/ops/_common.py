@@ -173,6 +173,29 @@ BWD_MIN_CHUNK_ROWS = 4096
 BWD_CHUNK_BYTES = 256 * 2**20
 
 
+def reuse_saved_once(ctx, op: str, saved: bool) -> bool:
+    """``saved``: whether this backward may write its gradients over the pre-activations its
+    forward saved (the store modes' eager backward does, so that no transient of their size
+    is allocated); a clear error where a first backward already did, since a graph
+    differentiated twice (``retain_graph=True``) would read gradients as pre-activations."""
+    if getattr(ctx, "saved_reused", False):
+        raise RuntimeError(
+            f"{op}(recompute=False) can run its backward once per forward: the first one wrote its "
+            "gradients over the saved pre-activations. Use recompute=True to differentiate a graph "
+            "more than once (retain_graph=True)."
+        )
+    ctx.saved_reused = saved
+    return ctx.saved_reused
+
+
+def scratch_matrix(buffer: torch.Tensor, rows: int, cols: int) -> torch.Tensor | None:
+    """The first ``rows * cols`` elements of the contiguous ``buffer`` as a ``[rows, cols]``
+    matrix (its memory reused while what it holds is dead), or None if it is too small."""
+    if not buffer.is_contiguous() or buffer.numel() < rows * cols:
+        return None
+    return buffer.view(-1)[: rows * cols].view(rows, cols)
+
+
 def aligned_width(cols: int, element_size: int) -> int:
     """``cols`` rounded up to a whole number of 16-byte units of ``element_size``-byte elements."""
     align = 16 // element_size
@@ -199,15 +222,16 @@ def widened(t: torch.Tensor, cols: int) -> torch.Tensor | None:
     return t.as_strided((t.shape[0], cols), (t.stride(0), 1))
 
 
-def backward_row_chunks(m: int, block_m: int, row_bytes: int = 0) -> list[tuple[int, int]]:
+def backward_row_chunks(m: int, block_m: int, row_bytes: int = 0, rows: int = 0) -> list[tuple[int, int]]:
     """(start, stop) row ranges for a backward whose transients take ``row_bytes`` per row.
 
     Chunks are whole multiples of ``block_m`` (the kernels' row block), so that each chunk's
-    per-row-block partial sums line up and slices stay aligned.
+    per-row-block partial sums line up and slices stay aligned. ``rows``: the chunks' height
+    when the rows are chunked (at least BWD_MIN_CHUNK_ROWS; default m / BWD_MAX_CHUNKS).
     """
     if m * row_bytes <= BWD_CHUNK_BYTES:
         return [(0, m)]
-    rows = max(BWD_MIN_CHUNK_ROWS, triton.cdiv(m, BWD_MAX_CHUNKS))
+    rows = max(BWD_MIN_CHUNK_ROWS, rows or triton.cdiv(m, BWD_MAX_CHUNKS))
     rows = triton.cdiv(rows, block_m) * block_m
     return [(start, min(start + rows, m)) for start in range(0, max(m, 1), rows)]
 

@@ -21,11 +21,15 @@ mode does without:
 
 Backward memory modes: ``recompute=True`` saves only x (weight and bias are parameters) and
 recomputes h inside the backward kernel; ``recompute=False`` saves h too (2*out values per
-row), so the backward kernel only streams h and g. Then ``dW = dh.T @ x`` and
-``dx = dh @ weight`` run on cuBLAS (through aten, so torch.compile sees them). The backward
-walks the rows in up to 4 chunks when dh would exceed 256 MiB (``backward_row_chunks``), so
-that only one chunk's dh exists at a time; dW accumulates over the chunks in its own dtype (one rounding per chunk),
-db in fp32.
+row), so the backward kernel only streams h and g, and in eager mode writes dh over h (h is
+dead once read), so the backward allocates nothing of dh's size; the price is that such a
+graph can be differentiated once (a second backward with ``retain_graph=True`` raises).
+Then ``dW = dh.T @ x`` and ``dx = dh @ weight`` run on cuBLAS (through aten, so
+torch.compile sees them). Where dh is a new tensor (recompute mode, and the store mode under
+torch.compile, whose custom ops do not mutate their inputs), the backward walks the rows in
+up to 4 chunks when dh would exceed 256 MiB (``backward_row_chunks``), so that only one
+chunk's dh exists at a time; dW accumulates over the chunks in its own dtype (one rounding
+per chunk), db in fp32.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from ._common import (
     dot_meta,
     num_sms,
     persistent_grid,
+    reuse_saved_once,
     tma_eligible,
     use_triton,
 )
@@ -125,13 +130,15 @@ def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
     return y, h
 
 
-def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z):
+def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None):
     m, k = x.shape
     out = w1.shape[0]
     recompute, g_gemm = h is None, wd is not None
     acc_torch = acc_dtypes(x.dtype)[1]
-    dh = torch.empty((m, 2 * out), dtype=x.dtype, device=x.device)
-    z = torch.empty((m, out) if store_z else (0,), dtype=x.dtype, device=x.device)
+    if dh is None:
+        dh = torch.empty((m, 2 * out), dtype=x.dtype, device=x.device)
+    if z is None:
+        z = torch.empty((m, out) if store_z else (0,), dtype=x.dtype, device=x.device)
     has_bias = b1 is not None
     db_partial = torch.empty(
         (triton.cdiv(m, GLU_BWD_BLOCK_M), 2 * out) if has_bias else (0,), dtype=acc_torch, device=x.device
@@ -192,16 +199,24 @@ def glu_forward_impl(x, w1, w2, b1, b2, act: str, store_h: bool):
     return y, (h if store_h else h.new_empty((0,)))
 
 
-def glu_backward_dh_impl(g, x, w1, w2, b1, b2, h, act: str, wd=None, store_z: bool = False):
+def glu_backward_dh_impl(g, x, w1, w2, b1, b2, h, act: str, wd=None, store_z: bool = False, in_place=False):
     """(dh, db, z): the fused elementwise backward of a GLU.
 
     dh = [g * act(x2) | g * x1 * act'(x2)] ([M, 2*out], x's dtype), with h = [x1 | x2]
     recomputed when ``h`` is None; g = ``g`` [M, out], or ``g @ wd`` when ``wd`` [KG, out] is
     given (``g`` is then [M, KG]); db = dh.sum(0) in fp32 (fp64 for fp64 inputs), empty
     without bias; z = x1 * act(x2) if ``store_z``, else empty.
+
+    ``in_place`` (h and g given, no ``wd``): dh is written over h and z over g, which are
+    returned as dh and z; the stream then allocates nothing. Safe because each element of
+    dh and z is computed from the h and g elements at the same positions, which the same
+    thread has loaded before it stores (the kernel's loads and stores share one layout).
     """
+    if in_place and (h is None or wd is not None):
+        raise ValueError("in_place needs the stored h and g itself (no wd)")
+    dh_out, z_out = (h, g) if in_place else (None, None)
     if use_triton(x):
-        return _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z)
+        return _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh_out, z_out if store_z else None)
     acc = acc_dtypes(x.dtype)[1]
     if h is None:
         h = _glu_h_reference(x, w1, w2, b1, b2)
@@ -211,6 +226,9 @@ def glu_backward_dh_impl(g, x, w1, w2, b1, b2, h, act: str, wd=None, store_z: bo
     dh = torch.cat([g * act_x2, g * x1 * activation_grad_reference(x2, act)], dim=-1)
     db = dh.sum(0) if b1 is not None else dh.new_empty((0,))
     z = (x1 * act_x2).to(x.dtype) if store_z else x.new_empty((0,))
+    if in_place:  # the same contract as the kernel's: results in h's and g's memory
+        dh_out.copy_(dh)
+        return dh_out, db, (z_out.copy_(z) if store_z else z)
     return dh.to(x.dtype), db, z
 
 
@@ -248,20 +266,25 @@ def _geglu_forward_impl(x, weight, bias, act, store_h):
     return glu_forward_impl(x, *_halves(weight, out), *_halves(bias, out), act, store_h)
 
 
-def _backward(grad_y, x, weight, bias, h, act, needs, traced):
+def _backward(grad_y, x, weight, bias, h, act, needs, traced, in_place=False):
     """(dx, dW, db) or None where ``needs`` says it is not wanted, walking the rows in chunks
     (``backward_row_chunks``) so that only one chunk's dh exists at a time. ``traced``: the
-    formula runs under torch.compile's tracing (custom ops only)."""
+    formula runs under torch.compile's tracing (custom ops only). ``in_place``: dh is written
+    over the stored h (no transient, so one chunk)."""
     needs_x, needs_w, needs_b = needs
     out = weight.shape[0] // 2
     grad_x = x.new_empty(x.shape) if needs_x else None
     grad_w = db = None
-    for start, stop in backward_row_chunks(x.shape[0], GLU_BWD_BLOCK_M, 2 * out * x.element_size()):
+    for start, stop in backward_row_chunks(x.shape[0], GLU_BWD_BLOCK_M, 0 if in_place else 2 * out * x.element_size()):
         rows = slice(start, stop)
-        dh, db_rows, _ = glu_backward_dh(traced)(
-            grad_y[rows], x[rows], *_halves(weight, out), *_halves(bias, out),
-            None if h is None else h[rows], act, None, False,
-        )
+        if in_place:
+            dh, db_rows, _ = glu_backward_dh_impl(grad_y[rows], x[rows], *_halves(weight, out), *_halves(bias, out),
+                                                  h[rows], act, in_place=True)
+        else:
+            dh, db_rows, _ = glu_backward_dh(traced)(
+                grad_y[rows], x[rows], *_halves(weight, out), *_halves(bias, out),
+                None if h is None else h[rows], act, None, False,
+            )
         if needs_x:
             torch.mm(dh, weight, out=grad_x[rows])
         if needs_w:  # one packed [2*out, in] tensor, accumulated over the chunks in a fixed order
@@ -283,12 +306,14 @@ class _GEGLUFunction(torch.autograd.Function):
         ctx.act = act
         # recompute mode saves x only (weight and bias are the layer's parameters, not activations)
         ctx.save_for_backward(x, weight, bias, h if store_h else None)
+        ctx.store_h = store_h
         return y
 
     @staticmethod
     def backward(ctx, grad_y):
+        in_place = reuse_saved_once(ctx, "fusedmlp.geglu", ctx.store_h)
         x, weight, bias, h = ctx.saved_tensors
-        grads = _backward(grad_y, x, weight, bias, h, ctx.act, ctx.needs_input_grad[:3], traced=False)
+        grads = _backward(grad_y, x, weight, bias, h, ctx.act, ctx.needs_input_grad[:3], False, in_place)
         return (*grads, None, None)
 
 
@@ -354,7 +379,8 @@ def geglu(
         bias: optional ``[2*out]``.
         recompute: True (default) saves only ``x`` for the backward and recomputes the
             pre-activation there; False also saves it (``[..., 2*out]``), trading memory for
-            a cheaper backward.
+            a cheaper backward, which reuses the saved memory for dh (so it runs once per
+            forward: ``retain_graph=True`` and a second backward raise).
         activation: the gate's activation, ``gelu_tanh`` (default, GEGLU as specified) or any
             other of ``fusedmlp.ACTIVATIONS`` (e.g. ``gelu`` for the exact-erf GEGLU of some
             models; ``silu`` gives a packed SwiGLU projection).

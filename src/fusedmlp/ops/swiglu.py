@@ -14,8 +14,17 @@ of the down projection's input gradient ``g = gy @ w_down`` is formed by one fus
 ``dW_down = gy.T @ z``. With h kept (the default), g is a cuBLAS product and the kernel
 streams g and h; with h recomputed the kernel also forms g on the tile (G_GEMM) beside the
 recomputed products. Then cuBLAS: ``[dW_up; dW_gate] = dh.T @ x`` (one product),
-``dx = d_up @ w_up + d_gate @ w_gate``. The backward walks the rows in up to 4 chunks when its
-transients (dh, z and g) would exceed 256 MiB, so that they exist one chunk at a time.
+``dx = d_up @ w_up + d_gate @ w_gate``.
+
+Memory of the backward with h kept, in eager mode: dh is written over h and z over g, and g
+itself lies in memory that is dead at the time: for the first row chunk in the
+``[dW_up; dW_gate]`` buffer (written only after that chunk's g and z are used), for each later
+chunk in the previous chunk's h rows. Chunks are 2*d rows (so the first g fits) whenever g
+for all rows would exceed 256 MiB; so the backward allocates its gradients and nothing else
+(d=4096, hidden=14336, 16384 tokens: two chunks). The price: such a graph can be
+differentiated once (a second backward with ``retain_graph=True`` raises). In recompute mode,
+and under torch.compile (custom ops do not mutate their inputs), dh, z (and g) are new
+tensors, one row chunk at a time (up to 4 chunks when they would exceed 256 MiB).
 Why g on cuBLAS when h is kept: with g formed on the tile the kernel carries three
 accumulators and ran at a fraction of cuBLAS's speed (d=512, hidden=1792, 16384 tokens on an
 H200: 285 us against 41 us for the product plus about 70 for the stream; benchmarks/NOTES.md).
@@ -34,9 +43,12 @@ from __future__ import annotations
 import torch
 
 from ..kernels.configs import GLU_BWD_BLOCK_M
-from ._common import backward_row_chunks, check_bool, check_linear_inputs, check_same_dtype_device, check_tensor
+from ._common import (
+    backward_row_chunks, check_bool, check_linear_inputs, check_same_dtype_device, check_tensor, reuse_saved_once,
+    scratch_matrix,
+)
 from .activations import activation_reference
-from .glu import glu_backward_dh, glu_forward_impl
+from .glu import glu_backward_dh, glu_backward_dh_impl, glu_forward_impl
 
 __all__ = ["swiglu", "swiglu_reference"]
 
@@ -52,32 +64,46 @@ def _forward_impl(x, w_gate, w_up, w_down, store_h):
     return z @ w_down.t(), h
 
 
-def _backward(grad_y, x, w_gate, w_up, w_down, h, needs, traced):
+def _backward(grad_y, x, w_gate, w_up, w_down, h, needs, traced, in_place=False):
     """(dx, dW_gate, dW_up, dW_down), None where not needed; rows walked in chunks.
-    ``traced``: the formula runs under torch.compile's tracing (custom ops only)."""
+    ``traced``: the formula runs under torch.compile's tracing (custom ops only).
+    ``in_place``: dh is written over the stored h and z over g, and g itself goes where
+    memory is dead (``_g_scratch``), so that the backward allocates its gradients only."""
     needs_x, needs_gate, needs_up, needs_down = needs
     hidden = w_up.shape[0]
+    wants_pair = needs_gate and needs_up  # [dW_up; dW_gate] as one [2*hidden, d] product
     grad_x = x.new_empty(x.shape) if needs_x else None
+    grad_pair = x.new_empty((2 * hidden, x.shape[1])) if wants_pair else None
     grad_gate = grad_up = grad_down = None
-    grad_pair = None  # [dW_up; dW_gate] as one [2*hidden, d] product when both are wanted
 
     def accumulate(acc, a, b):  # acc + a @ b, summed over the chunks in a fixed order
         return a @ b if acc is None else acc.addmm_(a, b)
 
-    transient = (3 if h is None else 4) * hidden * x.element_size()  # dh, z (and g when h is kept)
-    for start, stop in backward_row_chunks(x.shape[0], GLU_BWD_BLOCK_M, transient):
+    if in_place:  # chunks of 2*d rows: the first one's g fits in grad_pair (see _g_scratch)
+        chunks = backward_row_chunks(x.shape[0], GLU_BWD_BLOCK_M, hidden * x.element_size(), 2 * x.shape[1])
+    else:
+        transient = (3 if h is None else 4) * hidden * x.element_size()  # dh, z (and g when h is kept)
+        chunks = backward_row_chunks(x.shape[0], GLU_BWD_BLOCK_M, transient)
+    for index, (start, stop) in enumerate(chunks):
         rows = slice(start, stop)
         x_rows, gy = x[rows], grad_y[rows]
         if h is None:  # g = gy @ w_down on the fused kernel's tile, beside the recomputed products
             dh, _, z = glu_backward_dh(traced)(gy, x_rows, w_up, w_gate, None, None, None, "silu", w_down, needs_down)
-        else:  # g on cuBLAS, then a stream over g and h
+        elif in_place:  # g on cuBLAS, then a stream that writes dh over h and z over g
+            g = _g_scratch(grad_pair if index == 0 else h[slice(*chunks[index - 1])], stop - start, hidden, gy)
+            dh, _, z = glu_backward_dh_impl(torch.mm(gy, w_down, out=g), x_rows, w_up, w_gate, None, None, h[rows],
+                                            "silu", store_z=needs_down, in_place=True)
+        else:  # the same, each output in its own tensor
             dh, _, z = glu_backward_dh(traced)(gy @ w_down, x_rows, w_up, w_gate, None, None, h[rows], "silu", None,
                                                needs_down)
         d_up, d_gate = dh[:, :hidden], dh[:, hidden:]
-        if needs_down:
+        if needs_down:  # before grad_pair is written: z may lie in grad_pair's memory
             grad_down = accumulate(grad_down, gy.t(), z)
-        if needs_gate and needs_up:
-            grad_pair = accumulate(grad_pair, dh.t(), x_rows)
+        if wants_pair:
+            if index == 0:
+                torch.mm(dh.t(), x_rows, out=grad_pair)
+            else:
+                grad_pair.addmm_(dh.t(), x_rows)
         elif needs_up:
             grad_up = accumulate(grad_up, d_up.t(), x_rows)
         elif needs_gate:
@@ -91,17 +117,28 @@ def _backward(grad_y, x, w_gate, w_up, w_down, h, needs, traced):
     return grad_x, grad_gate, grad_up, grad_down
 
 
+def _g_scratch(dead, rows, hidden, like):
+    """Where the in-place backward puts g ([rows, hidden]): memory that holds nothing live
+    yet or any more. For the first chunk, grad_pair ([2*hidden, d], written only after the
+    chunk's g and z are used: chunks of at most 2*d rows fit); for a later chunk, the
+    previous chunk's h rows ([rows', 2*hidden], used up by then). Else a new tensor."""
+    scratch = None if dead is None else scratch_matrix(dead, rows, hidden)
+    return scratch if scratch is not None else like.new_empty((rows, hidden))
+
+
 class _SwiGLUFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w_gate, w_up, w_down, store_h):
         y, h = _forward_impl(x, w_gate, w_up, w_down, store_h)
         ctx.save_for_backward(x, w_gate, w_up, w_down, h if store_h else None)
+        ctx.store_h = store_h
         return y
 
     @staticmethod
     def backward(ctx, grad_y):
+        in_place = reuse_saved_once(ctx, "fusedmlp.swiglu", ctx.store_h)
         x, w_gate, w_up, w_down, h = ctx.saved_tensors
-        return (*_backward(grad_y, x, w_gate, w_up, w_down, h, ctx.needs_input_grad[:4], traced=False), None)
+        return (*_backward(grad_y, x, w_gate, w_up, w_down, h, ctx.needs_input_grad[:4], False, in_place), None)
 
 
 @torch.library.custom_op("fusedmlp::swiglu", mutates_args=())
@@ -160,7 +197,9 @@ def swiglu(
             ``nn.Linear(dim, hidden)``, as in Hugging Face ``LlamaMLP``).
         w_down: ``[out, hidden]`` weight of the down projection (usually out = dim).
         recompute: False (default) keeps both hidden products for the backward, as eager
-            PyTorch does; True keeps only x and recomputes them inside the backward kernel.
+            PyTorch does, and the backward reuses their memory for the gradients (so it runs
+            once per forward: ``retain_graph=True`` and a second backward raise); True keeps
+            only x and recomputes them inside the backward kernel.
 
     Returns:
         ``[..., out]`` tensor of x's dtype.
