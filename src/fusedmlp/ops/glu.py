@@ -209,8 +209,8 @@ def glu_backward_dh_impl(g, x, w1, w2, b1, b2, h, act: str, wd=None, store_z: bo
 
     ``in_place`` (h and g given, no ``wd``): dh is written over h and z over g, which are
     returned as dh and z; the stream then allocates nothing. Safe because each element of
-    dh and z is computed from the h and g elements at the same positions, which the same
-    thread has loaded before it stores (the kernel's loads and stores share one layout).
+    dh and z depends only on the h and g elements at its own position, and the kernel has
+    loaded its whole tile before it stores any of it (a barrier between).
     """
     if in_place and (h is None or wd is not None):
         raise ValueError("in_place needs the stored h and g itself (no wd)")

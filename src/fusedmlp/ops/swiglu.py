@@ -25,6 +25,7 @@ for all rows would exceed 256 MiB; so the backward allocates its gradients and n
 differentiated once (a second backward with ``retain_graph=True`` raises). In recompute mode,
 and under torch.compile (custom ops do not mutate their inputs), dh, z (and g) are new
 tensors, one row chunk at a time (up to 4 chunks when they would exceed 256 MiB).
+
 Why g on cuBLAS when h is kept: with g formed on the tile the kernel carries three
 accumulators and ran at a fraction of cuBLAS's speed (d=512, hidden=1792, 16384 tokens on an
 H200: 285 us against 41 us for the product plus about 70 for the stream; benchmarks/NOTES.md).
