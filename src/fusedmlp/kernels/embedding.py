@@ -203,6 +203,19 @@ def _find(keys_ptr, key, L, SEARCH_STEPS: tl.constexpr):
 
 
 @triton.jit
+def _list_block(keys_ptr, L, R, BLOCK_P: tl.constexpr):
+    """This program's BLOCK_P entries of one rank's list (keys [WORLD, L], R pads): the rank,
+    the positions in its list, the entries (flat indices), their keys, and which of them hold
+    a row (a real position and key)."""
+    blocks_per_rank = tl.cdiv(L, BLOCK_P)
+    rank = tl.program_id(0) // blocks_per_rank
+    pos = (tl.program_id(0) % blocks_per_rank).to(tl.int64) * BLOCK_P + tl.arange(0, BLOCK_P)
+    entry = rank.to(tl.int64) * L + pos
+    key = tl.load(keys_ptr + entry, mask=pos < L, other=R).to(tl.int64)
+    return rank, pos, entry, key, (pos < L) & (key < R)
+
+
+@triton.jit
 def embedding_merge_links_kernel(
     keys_ptr, links_ptr, L, R,
     WORLD: tl.constexpr, SEARCH_STEPS: tl.constexpr, BLOCK_P: tl.constexpr,
@@ -211,12 +224,7 @@ def embedding_merge_links_kernel(
     row of entry e (of keys [WORLD, L], each rank's list ascending, unique, R pads), or -1
     where rank o does not hold it (and for o = the entry's own rank). Program p takes BLOCK_P
     entries of one rank's list."""
-    blocks_per_rank = tl.cdiv(L, BLOCK_P)
-    rank = tl.program_id(0) // blocks_per_rank
-    pos = (tl.program_id(0) % blocks_per_rank).to(tl.int64) * BLOCK_P + tl.arange(0, BLOCK_P)
-    entry = rank.to(tl.int64) * L + pos
-    key = tl.load(keys_ptr + entry, mask=pos < L, other=R).to(tl.int64)
-    held = (pos < L) & (key < R)
+    rank, pos, _, key, held = _list_block(keys_ptr, L, R, BLOCK_P)
     for other in tl.static_range(WORLD):
         at = tl.full((BLOCK_P,), -1, tl.int64)
         if other != rank:
@@ -235,12 +243,7 @@ def embedding_merged_update_kernel(
     """The update from the ranks' gathered lists: keys [WORLD, L] (each ascending, unique, R
     pads), sums [WORLD, L, D], links [WORLD, WORLD * L] (``embedding_merge_links_kernel``).
     Program p takes BLOCK_P entries of one rank's list."""
-    blocks_per_rank = tl.cdiv(L, BLOCK_P)
-    rank = tl.program_id(0) // blocks_per_rank
-    pos = (tl.program_id(0) % blocks_per_rank).to(tl.int64) * BLOCK_P + tl.arange(0, BLOCK_P)
-    entry = rank.to(tl.int64) * L + pos
-    key = tl.load(keys_ptr + entry, mask=pos < L, other=R).to(tl.int64)
-    mine = (pos < L) & (key < R)
+    rank, pos, entry, key, mine = _list_block(keys_ptr, L, R, BLOCK_P)
     col = tl.arange(0, D_PAD)[None, :]
     total = tl.load(sums_ptr + entry[:, None] * D + col, mask=mine[:, None] & (col < D), other=0.0).to(ACC_DTYPE)
     for other in tl.static_range(WORLD):
