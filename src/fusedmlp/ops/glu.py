@@ -306,13 +306,12 @@ class _GEGLUFunction(torch.autograd.Function):
         ctx.act = act
         # recompute mode saves x only (weight and bias are the layer's parameters, not activations)
         ctx.save_for_backward(x, weight, bias, h if store_h else None)
-        ctx.store_h = store_h
         return y
 
     @staticmethod
     def backward(ctx, grad_y):
-        in_place = reuse_saved_once(ctx, "fusedmlp.geglu", ctx.store_h)
         x, weight, bias, h = ctx.saved_tensors
+        in_place = reuse_saved_once(ctx, "fusedmlp.geglu", h is not None)
         grads = _backward(grad_y, x, weight, bias, h, ctx.act, ctx.needs_input_grad[:3], False, in_place)
         return (*grads, None, None)
 

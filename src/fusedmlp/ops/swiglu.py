@@ -132,13 +132,12 @@ class _SwiGLUFunction(torch.autograd.Function):
     def forward(ctx, x, w_gate, w_up, w_down, store_h):
         y, h = _forward_impl(x, w_gate, w_up, w_down, store_h)
         ctx.save_for_backward(x, w_gate, w_up, w_down, h if store_h else None)
-        ctx.store_h = store_h
         return y
 
     @staticmethod
     def backward(ctx, grad_y):
-        in_place = reuse_saved_once(ctx, "fusedmlp.swiglu", ctx.store_h)
         x, w_gate, w_up, w_down, h = ctx.saved_tensors
+        in_place = reuse_saved_once(ctx, "fusedmlp.swiglu", h is not None)
         return (*_backward(grad_y, x, w_gate, w_up, w_down, h, ctx.needs_input_grad[:4], False, in_place), None)
 
 
