@@ -1,6 +1,10 @@
 """Shared test helpers: the error metric, per-dtype tolerances and common checks."""
 
 import contextlib
+import json
+import os
+import subprocess
+import sys
 
 import torch
 
@@ -92,3 +96,39 @@ def forcing_tma_config(monkeypatch, ops, launcher, index, sms=3):
     monkeypatch.setattr(ops, "num_sms", lambda t: sms)
     with launcher.forcing(launcher.configs[index]):
         yield
+
+
+def first_store_backward_errors(call: str, reference: str, shapes: dict) -> dict:
+    """Relative errors against float64 of the outputs and gradients of the first store-mode
+    call of an op on a GPU with the kernels' autotuning on (the test suite turns it off).
+
+    Run in a fresh process, so the call is the first of its shape: Triton's autotuner then
+    times each config several times on the caller's own tensors before the real launch, which
+    is where a kernel that writes over its inputs would go wrong. ``call`` and ``reference``
+    are expressions of the named tensors (``shapes``: name -> shape; inputs are bf16 with unit
+    scale on the cuda device, ``g`` is the output gradient).
+    """
+    code = f"""
+import json, torch, fusedmlp
+from fusedmlp.ops.glu import geglu_reference
+from fusedmlp.ops.swiglu import swiglu_reference
+torch.manual_seed(0)
+shapes = {shapes!r}
+t = {{k: (torch.randn(s, device="cuda") / (s[-1] ** 0.5 if len(s) == 2 and k.startswith("w") else 1.0))
+      for k, s in shapes.items()}}
+leaves = {{k: v.to(torch.bfloat16).requires_grad_(k != "g") for k, v in t.items()}}
+leaves64 = {{k: v.double().requires_grad_(k != "g") for k, v in t.items()}}
+out = (lambda **a: {call})(**leaves)
+ref = (lambda **a: {reference})(**leaves64)
+out.backward(leaves["g"])
+ref.backward(leaves64["g"].to(torch.bfloat16).double())
+def err(a, r):
+    return ((a.double() - r).norm() / r.norm()).item()
+errors = {{"out": err(out.detach(), ref.detach())}}
+errors.update({{k: err(v.grad, leaves64[k].grad) for k, v in leaves.items() if k != "g"}})
+print(json.dumps(errors))
+"""
+    env = dict(os.environ, FUSEDMLP_AUTOTUNE="1")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

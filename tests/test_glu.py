@@ -7,7 +7,8 @@ import sys
 import pytest
 import torch
 from helpers import (
-    TOLERANCE, assert_close, backward_peak_bytes, check_backward_twice, forcing_tma_config, rel_err,
+    TOLERANCE, assert_close, backward_peak_bytes, check_backward_twice, first_store_backward_errors, forcing_tma_config,
+    rel_err,
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -427,6 +428,18 @@ def test_store_backward_allocates_no_dh():
     peak, (dx, dw) = backward_peak_bytes(lambda: fusedmlp.geglu(x, w, recompute=False), (x, w), g)
     grads, dh = (dx.numel() + dw.numel()) * 2, n * 2 * out * 2
     assert peak < grads + dh // 4, (peak, grads, dh)
+
+
+@pytest.mark.gpu
+def test_first_store_backward_with_autotuning():
+    """With autotuning on, the first store-mode backward of a shape is right: the stream that
+    writes dh over h is not timed on the caller's tensors before it runs (it gave NaNs when it was)."""
+    errors = first_store_backward_errors(
+        "fusedmlp.geglu(a['x'], a['w'], a['b'], recompute=False)", "geglu_reference(a['x'], a['w'], a['b'])",
+        {"x": (1000, 256), "w": (1024, 256), "b": (1024,), "g": (1000, 512)},
+    )
+    for name, err in errors.items():
+        assert err < TOLERANCE[torch.bfloat16], (name, err)
 
 
 def test_torch_compile_with_row_chunks(device, monkeypatch):

@@ -6,7 +6,7 @@ from helpers import assert_close, check_against_float64, forcing_tma_config, rel
 from torch import nn
 
 import fusedmlp
-from fusedmlp.kernels.configs import LINEAR_TMA_CONFIGS
+from fusedmlp.kernels.configs import LINEAR_DPRE_CONFIGS, LINEAR_TMA_CONFIGS
 from fusedmlp.ops.activations import ACTIVATIONS
 from fusedmlp.ops.linear_act import linear_act_reference
 
@@ -133,6 +133,20 @@ def test_every_tma_config_on_gpu(monkeypatch, index):
                 run_check(tensors, g, torch.bfloat16, "gelu_tanh", save_preact, f"config {index}")
             except triton.runtime.errors.OutOfResources:
                 assert save_preact, "every config fits without the pre-activation tile"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("index", range(len(LINEAR_DPRE_CONFIGS)))
+def test_every_dpre_config_on_gpu(index):
+    """Every config of the dpre stream (rows per step, columns, warps), not only the tuner's:
+    row blocks with a partial last step, a partial column block, with and without bias."""
+    import fusedmlp.ops.linear_act as ops
+
+    launcher = ops._dpre_launcher
+    with launcher.forcing(launcher.configs[index]):
+        for bias, activation in ((True, "gelu_tanh"), (False, "silu")):
+            tensors, g = make_inputs((301,), 64, 200, "cuda", bias)
+            run_check(tensors, g, torch.bfloat16, activation, True, f"dpre config {index}")
 
 
 @pytest.mark.parametrize("tma", [False, True], ids=["pointer", "tma"])

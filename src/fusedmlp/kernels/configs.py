@@ -39,6 +39,18 @@ _GLU_BWD_TILES = [
     ({"BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, 8, 4),
 ]
 
+# The store mode's backward stream (glu_bwd_stream_kernel): BLOCK_M is GLU_BWD_BLOCK_M (the db
+# partials' row block), SUB_M rows of it are in registers at a time. One config per case, never
+# tuned: the kernel writes over its inputs, and an autotuner's repeated timing runs on the
+# caller's tensors would hand back a result computed from already overwritten ones. Measured
+# on an H200 (bf16, 2026-11-21, diag sweep of 8-10 configs; the old one-tile kernel took
+# 1.35 ms at 65536 x 4096 and 0.383 ms at 8192 x 14336): with bias (GEGLU at 65536 x 4096)
+# 8 x 128 on 2 warps, 0.807 ms; without (SwiGLU, z stored too) 16 x 128 on 4 warps, 0.364 ms
+# at 8192 x 14336.
+_GLU_STREAM_TILES = {
+    True: [({"SUB_M": 8, "BLOCK_N": 128}, 2, 1)],
+    False: [({"SUB_M": 16, "BLOCK_N": 128}, 4, 1)],
+}
 
 # Linear + activation GEMM tiles: one fp32 accumulator. 128x256x64 is the tile a persistent
 # TMA GEMM was measured at 96-101% of cuBLAS bf16 with on an H100 (DESIGN.md).
@@ -72,11 +84,17 @@ _LINEAR_DGRAD_TILES = [  # the first fits shared memory in fp32 too (it runs wit
     ({"BLOCK_N": 32, "BLOCK_K": 128, "GROUP_M": 8}, 8, 4),
 ]
 
-# The dpre stream (g * act'(pre) and the db partials): BLOCK_M as the dgrad's; no dot.
+# The dpre stream (g * act'(pre) and the db partials): BLOCK_M as the dgrad's, walked SUB_M
+# rows at a time (as the GLU stream); no dot. Tuned (it writes a new tensor). H200, bf16,
+# gelu_tanh with bias, against the one-tile kernel before it: 0.098 -> 0.073 ms at
+# 16384 x 1792, 0.654 -> 0.416 at 16384 x 14336; relu at 65536 x 4096 stays at 0.41 (it
+# was already at the copy bandwidth).
 _LINEAR_DPRE_TILES = [
-    ({"BLOCK_N": 128, "GROUP_M": 8}, 8, 1),
-    ({"BLOCK_N": 64, "GROUP_M": 8}, 4, 1),
-    ({"BLOCK_N": 256, "GROUP_M": 8}, 8, 1),
+    ({"SUB_M": 8, "BLOCK_N": 128}, 2, 1),
+    ({"SUB_M": 16, "BLOCK_N": 128}, 4, 1),
+    ({"SUB_M": 32, "BLOCK_N": 128}, 4, 1),
+    ({"SUB_M": 64, "BLOCK_N": 128}, 8, 1),
+    ({"SUB_M": 128, "BLOCK_N": 128}, 8, 1),
 ]
 
 # Whole-MLP kernels (kernels/mlp.py): a program carries BLOCK_M rows through every layer, so
@@ -157,6 +175,7 @@ GLU_GEMM_CONFIGS = _configs(_GLU_TILES)
 GLU_TMA_CONFIGS = _configs(_GLU_TILES, tma=True)
 GLU_BWD_CONFIGS = _configs(_GLU_BWD_TILES)
 GLU_BWD_TMA_CONFIGS = _configs(_GLU_BWD_TILES, tma=True)
+GLU_STREAM_CONFIGS = {has_bias: _configs(tiles) for has_bias, tiles in _GLU_STREAM_TILES.items()}
 LINEAR_CONFIGS = _configs(_LINEAR_TILES)
 LINEAR_TMA_CONFIGS = _configs(_LINEAR_TILES, tma=True, flatten=True)
 LORA_CONFIGS = _configs(_LORA_TILES)
@@ -167,12 +186,12 @@ LINEAR_DPRE_CONFIGS = _configs(_LINEAR_DPRE_TILES)
 MLP_FWD_CONFIGS = _configs(_MLP_FWD_TILES)
 MLP_DGRAD_CONFIGS = _configs(_MLP_DGRAD_TILES)
 # fp64 on GPU: no tensor cores and 8-byte elements; small tiles keep it out of local memory.
-FP64_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "BLOCK_C": 64, "GROUP_M": 8, "num_warps": 4,
-               "num_stages": 2}
+FP64_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "BLOCK_C": 64, "SUB_M": 32, "GROUP_M": 8,
+               "num_warps": 4, "num_stages": 2}
 # The interpreter's cost is per program: larger tiles, one config (the persistent kernels run
 # there when tests force them).
-INTERPRET_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "BLOCK_C": 32, "GROUP_M": 4, "FLATTEN": False,
-                    "PROGRAMS_PER_SM": 1}
+INTERPRET_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "BLOCK_C": 32, "SUB_M": 32, "GROUP_M": 4,
+                    "FLATTEN": False, "PROGRAMS_PER_SM": 1}
 
 
 class Launcher:
@@ -180,6 +199,7 @@ class Launcher:
 
     ``fixed`` holds meta-parameters every config shares (e.g. a BLOCK_M the host relies on).
     ``launch(grid, *args, fp64=..., **kwargs)``: ``grid`` is a function of the meta-parameters.
+    A table of one config is never tuned (the kernels that write over their inputs rely on it).
     Configs may carry a pre-hook (descriptor block shapes); on the fixed-config paths it is
     called here with the keyword arguments and the config, so descriptors must be keywords.
     After the first launch of a kind, later ones reuse the compiled kernel directly
@@ -196,7 +216,8 @@ class Launcher:
         first = configs[0]
         self.default = dict(first.kwargs, num_warps=first.num_warps, num_stages=first.num_stages)
         self.pre_hook = first.pre_hook
-        self.tuned = triton.autotune(configs=configs, key=key)(kernel) if AUTOTUNE and not INTERPRET else None
+        tune = AUTOTUNE and not INTERPRET and len(configs) > 1  # a single config runs as it is
+        self.tuned = triton.autotune(configs=configs, key=key)(kernel) if tune else None
         self.fast = FastLaunch(kernel, self.pre_hook)
 
     def _run_fixed(self, grid, args, kwargs, meta):

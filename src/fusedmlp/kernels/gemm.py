@@ -42,6 +42,21 @@ def tile_indices(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl
 
 
 @triton.jit
+def stream_row_block(N, BLOCK_N: tl.constexpr):
+    """Elementwise streams: the program's row block and its int64 columns (with their mask).
+
+    The column blocks of a row block go to consecutive programs, so programs running at the
+    same time read and write neighbouring memory. A stream kernel walks its row block in
+    ``SUB_M``-row steps (``tile_m * BLOCK_M + ...``): BLOCK_M is the row block of the per-block
+    partial sums the host sizes, SUB_M is what one step holds in registers.
+    """
+    num_tiles_n = tl.cdiv(N, BLOCK_N)
+    tile_m = tl.program_id(0) // num_tiles_n
+    cols = (tl.program_id(0) % num_tiles_n).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    return tile_m, cols, cols < N
+
+
+@triton.jit
 def persistent_tile(tile_id, num_tiles_m, num_tiles_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     GROUP_M: tl.constexpr):
     """Persistent kernels: (row-tile index, first row, first column) of the ``tile_id``-th tile.

@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from .activations import activation, activation_grad
-from .gemm import grouped_tile, persistent_tile, tile_indices, xwT_mainloop, xwT_mainloop_tma
+from .gemm import grouped_tile, persistent_tile, stream_row_block, tile_indices, xwT_mainloop, xwT_mainloop_tma
 
 
 @triton.jit
@@ -112,20 +112,31 @@ def linear_act_dpre_kernel(
     M, N, M_KEY,
     stride_gm, stride_gn, stride_am, stride_an, stride_dpm,
     ACT: tl.constexpr, FROM_OUTPUT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_DPRE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, ACC_DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr, SUB_M: tl.constexpr, BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr,
 ):
     """dpre[M, N] = g * act'(a) (if STORE_DPRE) and db_partial[tile_m, :] = its column sums (if HAS_BIAS).
 
-    One program per [BLOCK_M, BLOCK_N] tile, each byte read or written once. ``db_partial`` is
-    ``[cdiv(M, BLOCK_M), N]`` in the accumulator dtype; rows past M read g = 0.
+    A stream, each byte read or written once: a program owns BLOCK_M rows x BLOCK_N columns
+    and walks them SUB_M rows at a time, so that few registers are live and many programs
+    share an SM (as ``glu_bwd_stream_kernel``). ``db_partial`` is ``[cdiv(M, BLOCK_M), N]`` in
+    the accumulator dtype, summed in a fixed order (deterministic); rows past M read g = 0.
     """
-    rows, cols, mask_rows, mask_cols, tile_m = tile_indices(M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    mask = mask_rows[:, None] & mask_cols[None, :]
-    g = tl.load(g_ptr + rows[:, None] * stride_gm + cols[None, :] * stride_gn, mask=mask, other=0.0)
-    dpre = _dpre_tile(g, a_ptr + rows[:, None] * stride_am + cols[None, :] * stride_an, mask,
-                      ACT, FROM_OUTPUT, ACC_DTYPE)
-    _dpre_side_outputs(dpre, dpre_ptr + rows[:, None] * stride_dpm + cols[None, :], mask,
-                       db_partial_ptr, tile_m, cols, mask_cols, N, HAS_BIAS, STORE_DPRE)
+    tile_m, cols, mask_cols = stream_row_block(N, BLOCK_N)
+    db_rows = tl.zeros([SUB_M, BLOCK_N], dtype=ACC_DTYPE)  # reduced across rows once, at the end
+    for sub_start in tl.range(0, BLOCK_M, SUB_M):
+        rows = tile_m.to(tl.int64) * BLOCK_M + sub_start + tl.arange(0, SUB_M)
+        mask = (rows < M)[:, None] & mask_cols[None, :]
+        g = tl.load(g_ptr + rows[:, None] * stride_gm + cols[None, :] * stride_gn, mask=mask, other=0.0,
+                    eviction_policy="evict_first")
+        dpre = _dpre_tile(g, a_ptr + rows[:, None] * stride_am + cols[None, :] * stride_an, mask,
+                          ACT, FROM_OUTPUT, ACC_DTYPE)
+        if STORE_DPRE:
+            tl.store(dpre_ptr + rows[:, None] * stride_dpm + cols[None, :], dpre.to(dpre_ptr.dtype.element_ty),
+                     mask=mask)
+        if HAS_BIAS:
+            db_rows += dpre
+    if HAS_BIAS:
+        tl.store(db_partial_ptr + tile_m.to(tl.int64) * N + cols, tl.sum(db_rows, axis=0), mask=mask_cols)
 
 
 @triton.jit

@@ -44,10 +44,17 @@ from ..kernels.configs import (
     GLU_BWD_CONFIGS,
     GLU_BWD_TMA_CONFIGS,
     GLU_GEMM_CONFIGS,
+    GLU_STREAM_CONFIGS,
     GLU_TMA_CONFIGS,
     Launcher,
 )
-from ..kernels.glu import glu_bwd_dh_kernel, glu_bwd_dh_tma_kernel, glu_fwd_kernel, glu_fwd_tma_kernel
+from ..kernels.glu import (
+    glu_bwd_dh_kernel,
+    glu_bwd_dh_tma_kernel,
+    glu_bwd_stream_kernel,
+    glu_fwd_kernel,
+    glu_fwd_tma_kernel,
+)
 from ._common import (
     check_bool,
     acc_dtypes,
@@ -73,6 +80,11 @@ _fwd_launcher = Launcher(glu_fwd_kernel, GLU_GEMM_CONFIGS, key=_TUNE_KEY + ["STO
 _fwd_tma_launcher = Launcher(glu_fwd_tma_kernel, GLU_TMA_CONFIGS, key=_TUNE_KEY + ["STORE_H"])
 _bwd_launcher = Launcher(glu_bwd_dh_kernel, GLU_BWD_CONFIGS, key=_BWD_KEY, fixed=_BWD_FIXED)
 _bwd_tma_launcher = Launcher(glu_bwd_dh_tma_kernel, GLU_BWD_TMA_CONFIGS, key=_BWD_KEY, fixed=_BWD_FIXED)
+# one config per case (with bias or not), never tuned: the stream may write over its inputs
+_stream_launchers = {
+    has_bias: Launcher(glu_bwd_stream_kernel, configs, key=["OUT", "HAS_BIAS", "ACT", "STORE_Z"], fixed=_BWD_FIXED)
+    for has_bias, configs in GLU_STREAM_CONFIGS.items()
+}
 
 
 # --------------------------------------------------------------------------------------
@@ -152,8 +164,17 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None):
         M=m, OUT=out, K=k, KG=g.shape[1], M_KEY=autotune_m_key(m),
         ACT=act, HAS_BIAS=has_bias, RECOMPUTE=recompute, G_GEMM=g_gemm, STORE_Z=store_z,
     )
-    # GEGLU's store mode (g and h both read) is a pure stream: the pointer kernel was faster at it.
-    if (recompute or g_gemm) and tma_eligible(x, w1, w2, *g_operands, *dh_halves, *h_halves, *((z,) if store_z else ())):
+    # the pointer kernels: one program per row block x column block
+    grid = lambda meta: (triton.cdiv(m, GLU_BWD_BLOCK_M) * triton.cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
+    if not (recompute or g_gemm):  # the store mode: g and h both read, a pure stream
+        _stream_launchers[has_bias].launch(
+            grid, g, h, dh, z if store_z else dh, db_partial if has_bias else dh,
+            M=m, OUT=out, stride_gm=g.stride(0), stride_gn=g.stride(1), stride_hm=h.stride(0),
+            stride_dhm=dh.stride(0), stride_zm=z.stride(0) if store_z else 0,
+            ACT=act, HAS_BIAS=has_bias, STORE_Z=store_z, ACC_DTYPE=acc_dtypes(x.dtype)[0],
+            fp64=x.dtype == torch.float64,
+        )
+    elif tma_eligible(x, w1, w2, *g_operands, *dh_halves, *h_halves, *((z,) if store_z else ())):
         # descriptors the configuration does not read still need distinct objects of any valid shape
         _bwd_tma_launcher.launch(
             persistent_grid(num_sms(x), m, out),
@@ -168,7 +189,6 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None):
             **common, **dot_meta(x.dtype),
         )
     else:
-        grid = lambda meta: (triton.cdiv(m, GLU_BWD_BLOCK_M) * triton.cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
         wd_strides = (wd.stride(0), wd.stride(1)) if g_gemm else (0, 0)
         _bwd_launcher.launch(
             grid,
