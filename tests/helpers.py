@@ -111,6 +111,7 @@ def first_store_backward_errors(call: str, reference: str, shapes: dict) -> dict
     code = f"""
 import json, torch, fusedmlp
 from fusedmlp.ops.glu import geglu_reference
+from fusedmlp.ops.linear_act import linear_act_reference
 from fusedmlp.ops.swiglu import swiglu_reference
 torch.manual_seed(0)
 shapes = {shapes!r}

@@ -2,7 +2,10 @@
 
 import pytest
 import torch
-from helpers import assert_close, check_against_float64, forcing_tma_config, rel_err
+from helpers import (
+    TOLERANCE, assert_close, backward_peak_bytes, check_against_float64, check_backward_twice,
+    first_store_backward_errors, forcing_tma_config, rel_err,
+)
 from torch import nn
 
 import fusedmlp
@@ -147,6 +150,43 @@ def test_every_dpre_config_on_gpu(index):
         for bias, activation in ((True, "gelu_tanh"), (False, "silu")):
             tensors, g = make_inputs((301,), 64, 200, "cuda", bias)
             run_check(tensors, g, torch.bfloat16, activation, True, f"dpre config {index}")
+
+
+@pytest.mark.parametrize("save_preact", [False, True], ids=["saves-less", "save_preact"])
+def test_backward_twice(device, save_preact):
+    """retain_graph=True: without save_preact the backward runs again to the same gradients;
+    with it, the first backward wrote dpre over the saved pre-activation: a clear error."""
+    tensors, g = make_inputs((33,), 40, 24, device)
+    leaves = [t.detach().float().requires_grad_() for t in tensors]
+    y = fusedmlp.linear_act(*leaves, "gelu_tanh", save_preact)
+    check_backward_twice(y, leaves, g.float(), refuses=save_preact)
+
+
+@pytest.mark.gpu
+def test_save_preact_backward_allocates_no_dpre():
+    """With save_preact the backward writes dpre over the saved pre-activation: its peak is the
+    gradients and their cuBLAS workspace, no [N, out] dpre (nor chunks of it)."""
+    n, k, out = 8192, 1024, 4096
+    x = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = (torch.randn(out, k, device="cuda") / k**0.5).to(torch.bfloat16).requires_grad_()
+    b = torch.randn(out, device="cuda", dtype=torch.bfloat16).requires_grad_()
+    g = torch.randn(n, out, device="cuda", dtype=torch.bfloat16)
+    peak, grads = backward_peak_bytes(lambda: fusedmlp.linear_act(x, w, b, "gelu_tanh", True), (x, w, b), g)
+    dpre = n * out * 2
+    assert peak < sum(t.numel() for t in grads) * 2 + dpre // 4, (peak, dpre)
+
+
+@pytest.mark.gpu
+def test_first_save_preact_backward_with_autotuning():
+    """With autotuning on, the first save_preact backward of a shape is right: the dpre stream
+    that writes over the saved pre-activation is not timed on the caller's tensors first."""
+    errors = first_store_backward_errors(
+        "fusedmlp.linear_act(a['x'], a['w'], a['b'], 'gelu_tanh', True)",
+        "linear_act_reference(a['x'], a['w'], a['b'], 'gelu_tanh')",
+        {"x": (1000, 256), "w": (512, 256), "b": (512,), "g": (1000, 512)},
+    )
+    for name, err in errors.items():
+        assert err < TOLERANCE[torch.bfloat16], (name, err)
 
 
 @pytest.mark.parametrize("tma", [False, True], ids=["pointer", "tma"])

@@ -96,6 +96,9 @@ _LINEAR_DPRE_TILES = [
     ({"SUB_M": 64, "BLOCK_N": 128}, 8, 1),
     ({"SUB_M": 128, "BLOCK_N": 128}, 8, 1),
 ]
+# The dpre stream written over the saved pre-activation: one config, never tuned (see the GLU
+# stream); 16 x 128 on 4 warps was within 2% of the best config at each shape above.
+_LINEAR_DPRE_IN_PLACE_TILES = [({"SUB_M": 16, "BLOCK_N": 128}, 4, 1)]
 
 # Whole-MLP kernels (kernels/mlp.py): a program carries BLOCK_M rows through every layer, so
 # BLOCK_M trades occupancy (small batches want many programs) against weight traffic (each
@@ -183,6 +186,7 @@ LORA_TMA_CONFIGS = _configs(_LORA_TILES, tma=True)
 LINEAR_DGRAD_CONFIGS = _configs(_LINEAR_DGRAD_TILES)
 LINEAR_DGRAD_TMA_CONFIGS = _configs(_LINEAR_DGRAD_TILES, tma=True)
 LINEAR_DPRE_CONFIGS = _configs(_LINEAR_DPRE_TILES)
+LINEAR_DPRE_IN_PLACE_CONFIGS = _configs(_LINEAR_DPRE_IN_PLACE_TILES)
 MLP_FWD_CONFIGS = _configs(_MLP_FWD_TILES)
 MLP_DGRAD_CONFIGS = _configs(_MLP_DGRAD_TILES)
 # fp64 on GPU: no tensor cores and 8-byte elements; small tiles keep it out of local memory.

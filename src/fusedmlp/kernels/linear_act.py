@@ -112,6 +112,7 @@ def linear_act_dpre_kernel(
     M, N, M_KEY,
     stride_gm, stride_gn, stride_am, stride_an, stride_dpm,
     ACT: tl.constexpr, FROM_OUTPUT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_DPRE: tl.constexpr,
+    IN_PLACE: tl.constexpr,
     BLOCK_M: tl.constexpr, SUB_M: tl.constexpr, BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr,
 ):
     """dpre[M, N] = g * act'(a) (if STORE_DPRE) and db_partial[tile_m, :] = its column sums (if HAS_BIAS).
@@ -120,6 +121,8 @@ def linear_act_dpre_kernel(
     and walks them SUB_M rows at a time, so that few registers are live and many programs
     share an SM (as ``glu_bwd_stream_kernel``). ``db_partial`` is ``[cdiv(M, BLOCK_M), N]`` in
     the accumulator dtype, summed in a fixed order (deterministic); rows past M read g = 0.
+    IN_PLACE: dpre may be ``a`` itself (the saved pre-activation, dead once read): each element
+    is written where it was read, with a barrier between a step's loads and its stores.
     """
     tile_m, cols, mask_cols = stream_row_block(N, BLOCK_N)
     db_rows = tl.zeros([SUB_M, BLOCK_N], dtype=ACC_DTYPE)  # reduced across rows once, at the end
@@ -130,6 +133,8 @@ def linear_act_dpre_kernel(
                     eviction_policy="evict_first")
         dpre = _dpre_tile(g, a_ptr + rows[:, None] * stride_am + cols[None, :] * stride_an, mask,
                           ACT, FROM_OUTPUT, ACC_DTYPE)
+        if IN_PLACE:
+            tl.debug_barrier()
         if STORE_DPRE:
             tl.store(dpre_ptr + rows[:, None] * stride_dpm + cols[None, :], dpre.to(dpre_ptr.dtype.element_ty),
                      mask=mask)

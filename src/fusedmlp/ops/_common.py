@@ -173,15 +173,17 @@ BWD_MIN_CHUNK_ROWS = 4096
 BWD_CHUNK_BYTES = 256 * 2**20
 
 
-def reuse_saved_once(ctx, op: str, saved: bool) -> bool:
+def reuse_saved_once(ctx, op: str, saved: bool, mode: str = "recompute=False",
+                     other_mode: str = "recompute=True") -> bool:
     """``saved``: whether this backward may write its gradients over the pre-activations its
     forward saved (the store modes' eager backward does, so that no transient of their size
     is allocated); a clear error where a first backward already did, since a graph
-    differentiated twice (``retain_graph=True``) would read gradients as pre-activations."""
+    differentiated twice (``retain_graph=True``) would read gradients as pre-activations.
+    ``mode`` / ``other_mode``: the op's option that saves them, and the one that does not."""
     if getattr(ctx, "saved_reused", False):
         raise RuntimeError(
-            f"{op}(recompute=False) can run its backward once per forward: the first one wrote its "
-            "gradients over the saved pre-activations. Use recompute=True to differentiate a graph "
+            f"{op}({mode}) can run its backward once per forward: the first one wrote its "
+            f"gradients over the saved pre-activations. Use {other_mode} to differentiate a graph "
             "more than once (retain_graph=True)."
         )
     ctx.saved_reused = saved

@@ -229,8 +229,9 @@ def glu_backward_dh_impl(g, x, w1, w2, b1, b2, h, act: str, wd=None, store_z: bo
 
     ``in_place`` (h and g given, no ``wd``): dh is written over h and z over g, which are
     returned as dh and z; the stream then allocates nothing. Safe because each element of
-    dh and z depends only on the h and g elements at its own position, and the kernel has
-    loaded its whole tile before it stores any of it (a barrier between).
+    dh and z depends only on the h and g elements at its own position, and each step of the
+    stream kernel has loaded its rows before it stores any of them (a barrier between). The
+    stream is never autotuned: a tuner's timing runs would overwrite the inputs first.
     """
     if in_place and (h is None or wd is not None):
         raise ValueError("in_place needs the stored h and g itself (no wd)")

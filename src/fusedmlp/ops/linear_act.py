@@ -41,6 +41,7 @@ from ..kernels.configs import (
     LINEAR_DGRAD_CONFIGS,
     LINEAR_DGRAD_TMA_CONFIGS,
     LINEAR_DPRE_CONFIGS,
+    LINEAR_DPRE_IN_PLACE_CONFIGS,
     LINEAR_TMA_CONFIGS,
     Launcher,
 )
@@ -61,6 +62,7 @@ from ._common import (
     dot_meta,
     num_sms,
     persistent_grid,
+    reuse_saved_once,
     tma_eligible,
     use_triton,
 )
@@ -80,8 +82,11 @@ _DGRAD_FIXED = {"BLOCK_M": LINEAR_DGRAD_BLOCK_M}
 _fwd_launcher = Launcher(linear_act_fwd_kernel, LINEAR_CONFIGS, key=_FWD_KEY)
 _fwd_tma_launcher = Launcher(linear_act_fwd_tma_kernel, LINEAR_TMA_CONFIGS, key=_FWD_KEY)
 _dgrad_launcher = Launcher(linear_act_dgrad_kernel, LINEAR_DGRAD_CONFIGS, key=_DGRAD_KEY, fixed=_DGRAD_FIXED)
-_dpre_launcher = Launcher(linear_act_dpre_kernel, LINEAR_DPRE_CONFIGS, key=["M_KEY", "N", "ACT", "FROM_OUTPUT",
-                          "HAS_BIAS", "STORE_DPRE"], fixed=_DGRAD_FIXED)
+_DPRE_KEY = ["M_KEY", "N", "ACT", "FROM_OUTPUT", "HAS_BIAS", "STORE_DPRE", "IN_PLACE"]
+_dpre_launcher = Launcher(linear_act_dpre_kernel, LINEAR_DPRE_CONFIGS, key=_DPRE_KEY, fixed=_DGRAD_FIXED)
+# written over its input: one config, never tuned (a tuner's timing runs would overwrite it first)
+_dpre_in_place_launcher = Launcher(linear_act_dpre_kernel, LINEAR_DPRE_IN_PLACE_CONFIGS, key=_DPRE_KEY,
+                                   fixed=_DGRAD_FIXED)
 # dx through the fused dgrad kernel instead of dpre stream + cuBLAS (see the module docstring)
 FUSED_DGRAD = os.environ.get("FUSEDMLP_FUSED_DGRAD", "0") not in ("", "0")
 _dgrad_tma_launcher = Launcher(linear_act_dgrad_tma_kernel, LINEAR_DGRAD_TMA_CONFIGS, key=_DGRAD_KEY,
@@ -123,12 +128,13 @@ def _launch_fwd(x, weight, bias, act, store_pre):
     return y, pre
 
 
-def _launch_backward(g, a, weight, act, from_output, has_bias, store_dpre, compute_dx):
+def _launch_backward(g, a, weight, act, from_output, has_bias, store_dpre, compute_dx, dpre_out=None):
     m, n = g.shape
     k = weight.shape[1]
-    fused_dgrad = FUSED_DGRAD and compute_dx
-    store_dpre = store_dpre or (compute_dx and not fused_dgrad)  # the cuBLAS dgrad reads it
-    dpre = torch.empty((m, n) if store_dpre else (0,), dtype=g.dtype, device=g.device)
+    in_place = dpre_out is not None
+    fused_dgrad = FUSED_DGRAD and compute_dx and not in_place
+    store_dpre = store_dpre or (compute_dx and not fused_dgrad) or in_place  # the cuBLAS dgrad reads it
+    dpre = dpre_out if in_place else torch.empty((m, n) if store_dpre else (0,), dtype=g.dtype, device=g.device)
     acc_torch = acc_dtypes(g.dtype)[1]
     db_partial = torch.empty(
         (triton.cdiv(m, LINEAR_DGRAD_BLOCK_M), n) if has_bias else (0,), dtype=acc_torch, device=g.device
@@ -145,11 +151,11 @@ def _launch_backward(g, a, weight, act, from_output, has_bias, store_dpre, compu
         dx = _launch_fused_dgrad(g, a, weight, dpre_ptr, db_ptr, common)
     else:
         grid = lambda meta: (triton.cdiv(m, LINEAR_DGRAD_BLOCK_M) * triton.cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
-        _dpre_launcher.launch(
+        (_dpre_in_place_launcher if in_place else _dpre_launcher).launch(
             grid, g, a, dpre_ptr, db_ptr,
             stride_gm=g.stride(0), stride_gn=g.stride(1), stride_am=a.stride(0), stride_an=a.stride(1),
             stride_dpm=dpre.stride(0) if store_dpre else 0,
-            **common, ACC_DTYPE=acc_dtypes(g.dtype)[0], fp64=g.dtype == torch.float64,
+            **common, IN_PLACE=in_place, ACC_DTYPE=acc_dtypes(g.dtype)[0], fp64=g.dtype == torch.float64,
         )
         dx = torch.mm(dpre, weight) if compute_dx else g.new_empty((0,))
     # Fixed-order reduction of the per-row-block partials: same bits on every run.
@@ -195,19 +201,23 @@ def linear_act_forward_impl(x, weight, bias, act: str, store_pre: bool):
     return activation_reference(pre, act), (pre if store_pre else pre.new_empty((0,)))
 
 
-def _backward_impl(g, a, weight, act, from_output, has_bias, store_dpre, compute_dx):
+def _backward_impl(g, a, weight, act, from_output, has_bias, store_dpre, compute_dx, dpre_out=None):
     """(dx, dpre, db): dpre = g * act'(a) (a = pre, or y if from_output); dx = dpre @ weight if
-    compute_dx; dpre returned if store_dpre; db = dpre.sum(0) in fp32 (fp64) if has_bias."""
+    compute_dx; dpre returned if store_dpre; db = dpre.sum(0) in fp32 (fp64) if has_bias.
+    ``dpre_out``: dpre is written there and returned (it may be ``a`` itself: the saved
+    pre-activation, which the stream reads at each position before writing it)."""
     if use_triton(g):
-        return _launch_backward(g, a, weight, act, from_output, has_bias, store_dpre, compute_dx)
+        return _launch_backward(g, a, weight, act, from_output, has_bias, store_dpre, compute_dx, dpre_out)
     dpre = g.to(acc_dtypes(g.dtype)[1])
     if act != "identity":
         grad_fn = activation_grad_from_output_reference if from_output else activation_grad_reference
         dpre = dpre * grad_fn(a.to(dpre.dtype), act)
     rounded = dpre.to(g.dtype)  # the GEMM operands are in the data dtype, as in the kernel
+    if dpre_out is not None:  # the kernel's contract: the result in dpre_out's memory
+        rounded = dpre_out.copy_(rounded)
     dx = rounded @ weight if compute_dx else g.new_empty((0,))
     db = dpre.sum(0) if has_bias else dpre.new_empty((0,))
-    return dx, (rounded if store_dpre else g.new_empty((0,))), db
+    return dx, (rounded if store_dpre or dpre_out is not None else g.new_empty((0,))), db
 
 
 @torch.library.custom_op("fusedmlp::linear_act_backward", mutates_args=())
@@ -235,10 +245,13 @@ def saved_mode(act: str, store_pre: bool) -> str:
     return "output" if act in DERIVATIVE_FROM_OUTPUT else "recompute"
 
 
-def backward_formula(grad_y, x, weight, bias, saved, act, mode, needs, traced, recompute_pre=None, extra_terms=None):
+def backward_formula(grad_y, x, weight, bias, saved, act, mode, needs, traced, recompute_pre=None, extra_terms=None,
+                     in_place=False):
     """(dx, dW, db), None where ``needs`` says it is not wanted; rows walked in chunks.
     ``traced``: the formula runs under torch.compile's tracing, so it calls the custom ops (the
-    tracer must not reach a kernel launch with fake tensors).
+    tracer must not reach a kernel launch with fake tensors). ``in_place`` (mode "pre", eager):
+    dpre is written over the saved pre-activation, so it costs no memory and the rows are not
+    chunked (the backward of a graph can then run only once).
 
     Ops built on this one (LoRA) pass ``recompute_pre(rows)``, their pre-activation of a row
     slice when it is recomputed, and ``extra_terms(rows, dpre, dx_rows)``, run once per chunk
@@ -254,8 +267,9 @@ def backward_formula(grad_y, x, weight, bias, saved, act, mode, needs, traced, r
         recompute_pre = lambda rows: forward(x[rows], weight, bias, "identity", False)[0]  # noqa: E731
     store_dpre = needs_w or extra_terms is not None
     grad_x = grad_w = db = None
+    in_place = in_place and mode == "pre" and not traced
     transient_row_bytes = weight.shape[0] * x.element_size() * (2 if mode == "recompute" else 1)  # dpre (+ pre)
-    chunks = backward_row_chunks(x.shape[0], LINEAR_DGRAD_BLOCK_M, transient_row_bytes)
+    chunks = backward_row_chunks(x.shape[0], LINEAR_DGRAD_BLOCK_M, 0 if in_place else transient_row_bytes)
     if needs_x and len(chunks) > 1:
         grad_x = x.new_empty(x.shape)
     for start, stop in chunks:
@@ -265,7 +279,8 @@ def backward_formula(grad_y, x, weight, bias, saved, act, mode, needs, traced, r
         else:
             a = saved[rows] if saved is not None else grad_y[rows]
         dx_rows, dpre, db_rows = backward(
-            grad_y[rows], a, weight, act, mode == "output", has_bias, store_dpre, needs_x
+            grad_y[rows], a, weight, act, mode == "output", has_bias, store_dpre, needs_x,
+            *((a,) if in_place else ()),
         )
         if extra_terms is not None:
             extra_terms(rows, dpre, dx_rows if needs_x else None)
@@ -303,7 +318,11 @@ class _LinearActFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_y):
         x, weight, bias, saved = ctx.saved_tensors
-        grads = backward_formula(grad_y, x, weight, bias, saved, ctx.act, ctx.mode, ctx.needs_input_grad[:3], False)
+        # the saved pre-activation is this Function's own: its backward writes dpre over it
+        in_place = reuse_saved_once(ctx, "fusedmlp.linear_act", ctx.mode == "pre", "save_preact=True",
+                                    "save_preact=False")
+        grads = backward_formula(grad_y, x, weight, bias, saved, ctx.act, ctx.mode, ctx.needs_input_grad[:3], False,
+                                 in_place=in_place)
         return (*grads, None, None)
 
 
@@ -357,10 +376,12 @@ def linear_act(
         bias: optional ``[out]``.
         activation: one of identity, relu, squared_relu, gelu (erf), gelu_tanh, sigmoid,
             silu; None means identity.
-        save_preact: True keeps the pre-activation for the backward. False (default) keeps
-            the output instead when the activation's derivative is a function of it
-            (identity, relu, squared_relu, sigmoid), and otherwise nothing but x: the
-            backward then recomputes the pre-activation (one more GEMM).
+        save_preact: True keeps the pre-activation for the backward, which (in eager mode)
+            writes its gradient over it: no transient of that size, and a graph that can be
+            differentiated once (a second backward with ``retain_graph=True`` raises). False
+            (default) keeps the output instead when the activation's derivative is a
+            function of it (identity, relu, squared_relu, sigmoid), and otherwise nothing but
+            x: the backward then recomputes the pre-activation (one more GEMM).
 
     Returns:
         ``[..., out]`` tensor of x's dtype.
