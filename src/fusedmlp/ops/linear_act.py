@@ -132,6 +132,7 @@ def _launch_backward(g, a, weight, act, from_output, has_bias, store_dpre, compu
     m, n = g.shape
     k = weight.shape[1]
     in_place = dpre_out is not None
+    # the fused dgrad reads each tile of ``a`` once per K tile: it cannot write dpre over it
     fused_dgrad = FUSED_DGRAD and compute_dx and not in_place
     store_dpre = store_dpre or (compute_dx and not fused_dgrad) or in_place  # the cuBLAS dgrad reads it
     dpre = dpre_out if in_place else torch.empty((m, n) if store_dpre else (0,), dtype=g.dtype, device=g.device)
