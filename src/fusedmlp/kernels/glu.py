@@ -212,7 +212,7 @@ def glu_bwd_stream_kernel(
     """
     tile_m, cols, mask_cols = stream_row_block(OUT, BLOCK_N)
     # db sums kept per (row, column) and reduced once at the end: a reduction across rows at
-    # every step cost 18% of the kernel's time (H200, GEGLU at 65536 x 4096)
+    # every step made the kernel 18% slower (H200, GEGLU at 65536 x 4096: 0.952 against 0.807 ms)
     db1_rows = tl.zeros([SUB_M, BLOCK_N], dtype=ACC_DTYPE)
     db2_rows = tl.zeros([SUB_M, BLOCK_N], dtype=ACC_DTYPE)
     for sub_start in tl.range(0, BLOCK_M, SUB_M):
