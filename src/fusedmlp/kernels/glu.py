@@ -15,16 +15,16 @@ Backward, with g = dL/dy, t = act(x2), t' = act'(x2):
 
     dh[:, :OUT] = g * t,   dh[:, OUT:] = g * x1 * t',   db = dh.sum(0)
 
-``glu_bwd_dh_kernel`` produces ``dh`` and per-row-block partial sums of ``db`` in one pass.
-The h tiles are recomputed with the same main loop (memory-optimal: only x was saved) or
-read from the stored h. ``g`` is read, or (``G_GEMM``, SwiGLU) computed on the tile as the
+``glu_bwd_dh_kernel`` produces ``dh`` and per-row-block partial sums of ``db`` in one pass
+for the recompute mode: the h tiles are recomputed with the same main loop (memory-optimal:
+only x was saved). ``g`` is read, or (``G_GEMM``, SwiGLU) computed on the tile as the
 down projection's input gradient ``g = gy @ Wd`` (``gy [M, KG]``, ``Wd [KG, OUT]``), so the
 pair (dh1, dh2) is formed on chip without a ``[M, OUT]`` round trip; ``STORE_Z`` then also
 writes ``z = x1 * t`` (the down projection's input, which its weight gradient needs). The
 remaining products (``dW = dh.T @ x``, ``dx = dh @ [W1; W2]``) are plain GEMMs done by the
 host. Partial db sums are reduced on the host in a fixed order: no atomics, so db has the
-same bits on every run. When g and h are both read (the store mode: g given, h stored), the
-work is a pure stream over memory, and ``glu_bwd_stream_kernel`` does it in place.
+same bits on every run. With h stored (the store mode), the work is a pure stream over g
+and h, and ``glu_bwd_stream_kernel`` does it, in place when the caller allows.
 
 The kernels come in two forms with one epilogue: pointer-based (any strides; the
 interpreter, fp32/fp64 and pre-Hopper GPUs; one program per tile) and ``*_tma`` (tensor
@@ -138,38 +138,31 @@ def glu_fwd_kernel(
 
 @triton.jit
 def glu_bwd_dh_kernel(
-    g_ptr, wd_ptr, x_ptr, w1_ptr, w2_ptr, b1_ptr, b2_ptr, h_ptr, dh_ptr, z_ptr, db_partial_ptr,
+    g_ptr, wd_ptr, x_ptr, w1_ptr, w2_ptr, b1_ptr, b2_ptr, dh_ptr, z_ptr, db_partial_ptr,
     M, OUT, K, KG, M_KEY,
     stride_gm, stride_gn, stride_wdk, stride_wdn, stride_xm, stride_xk,
-    stride_w1n, stride_w1k, stride_w2n, stride_w2k, stride_hm, stride_dhm, stride_zm,
-    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, RECOMPUTE: tl.constexpr, G_GEMM: tl.constexpr,
-    STORE_Z: tl.constexpr,
+    stride_w1n, stride_w1k, stride_w2n, stride_w2k, stride_dhm, stride_zm,
+    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, G_GEMM: tl.constexpr, STORE_Z: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """dh[M, 2*OUT] = [g * t | g * x1 * t']; db_partial[tile_m, :] = dh[tile rows].sum(0) if HAS_BIAS.
 
-    RECOMPUTE: h tiles come from the main loop over x and W1, W2 (bias added), as in the
-    forward; otherwise they are read from the stored ``h``. G_GEMM: ``g_ptr`` is ``gy [M, KG]``
+    The recompute mode's kernel: the h tiles come from the main loop over x and W1, W2 (bias
+    added), as in the forward (a stored h goes to ``glu_bwd_stream_kernel``). G_GEMM: ``g_ptr`` is ``gy [M, KG]``
     and ``g = gy @ Wd`` is accumulated here (``Wd [KG, OUT]`` with strides ``stride_wdk``,
     ``stride_wdn``); otherwise ``g_ptr`` is g ``[M, OUT]``. STORE_Z also writes
     ``z[M, OUT] = x1 * t``. db partials are summed from the unrounded dh values; rows past M
     have g = 0 and so contribute nothing. ``db_partial`` is ``[cdiv(M, BLOCK_M), 2*OUT]`` fp32
-    (fp64 for fp64 inputs); dh, h and z have unit column stride. With g and h both read (no
-    RECOMPUTE, no G_GEMM) the host runs ``glu_bwd_stream_kernel`` instead.
+    (fp64 for fp64 inputs); dh and z have unit column stride.
     """
     rows, cols, mask_rows, mask_cols, tile_m = tile_indices(M, OUT, BLOCK_M, BLOCK_N, GROUP_M)
     mask = mask_rows[:, None] & mask_cols[None, :]
-    if RECOMPUTE:
-        x1, x2 = _glu_h_tiles(
-            x_ptr, w1_ptr, w2_ptr, b1_ptr, b2_ptr, rows, cols, mask_rows, mask_cols, K,
-            stride_xm, stride_xk, stride_w1n, stride_w1k, stride_w2n, stride_w2k,
-            HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, ACC_DTYPE, DOT_PRECISION, UPCAST,
-        )
-    else:
-        h_ptrs = h_ptr + rows[:, None] * stride_hm + cols[None, :]
-        x1 = tl.load(h_ptrs, mask=mask, other=0.0).to(ACC_DTYPE)
-        x2 = tl.load(h_ptrs + OUT, mask=mask, other=0.0).to(ACC_DTYPE)
+    x1, x2 = _glu_h_tiles(
+        x_ptr, w1_ptr, w2_ptr, b1_ptr, b2_ptr, rows, cols, mask_rows, mask_cols, K,
+        stride_xm, stride_xk, stride_w1n, stride_w1k, stride_w2n, stride_w2k,
+        HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, ACC_DTYPE, DOT_PRECISION, UPCAST,
+    )
     if G_GEMM:  # g = gy @ Wd: Wd read as the transposed weight of an [OUT, KG] product
         g, _ = xwT_mainloop(
             g_ptr, wd_ptr, wd_ptr, rows, mask_rows, cols, mask_cols, cols, mask_cols,
@@ -264,11 +257,10 @@ def glu_fwd_tma_kernel(
 
 @triton.jit
 def glu_bwd_dh_tma_kernel(
-    g_desc, gy_desc, wd_desc, x_desc, w1_desc, w2_desc, b1_ptr, b2_ptr, h1_desc, h2_desc,
+    g_desc, gy_desc, wd_desc, x_desc, w1_desc, w2_desc, b1_ptr, b2_ptr,
     dh1_desc, dh2_desc, z_desc, db_partial_ptr,
     M, OUT, K, KG, M_KEY,
-    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, RECOMPUTE: tl.constexpr, G_GEMM: tl.constexpr,
-    STORE_Z: tl.constexpr,
+    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, G_GEMM: tl.constexpr, STORE_Z: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     FLATTEN: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,  # configs.py: _configs
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
@@ -276,26 +268,17 @@ def glu_bwd_dh_tma_kernel(
     """``glu_bwd_dh_kernel`` on tensor descriptors, persistent over PROGRAMS_PER_SM programs per SM.
 
     ``g_desc`` is g [M, OUT]; with G_GEMM it is unused and ``gy_desc`` [M, KG] with ``wd_desc``
-    (Wd [KG, OUT], row-major) give g. h1/h2 and dh1/dh2 describe the two column halves of h and
-    dh. GEGLU's store mode does not come here: with g and h both read, the kernel is a pure
-    stream, and the pointer kernel with one program per tile was measured faster at it on an
-    H200 (0.546 vs 0.591 ms at d=1024, N=8192). Rows past M load as zeros (g = 0), so they add
-    nothing to the db partials.
+    (Wd [KG, OUT], row-major) give g. dh1/dh2 describe the two column halves of dh. Rows past
+    M load as zeros (g = 0), so they add nothing to the db partials.
     """
     num_tiles_m = tl.cdiv(M, BLOCK_M)
     num_tiles_n = tl.cdiv(OUT, BLOCK_N)
     for tile_id in tl.range(tl.program_id(0), num_tiles_m * num_tiles_n, tl.num_programs(0), flatten=FLATTEN):
         tile_m, row_start, col_start = persistent_tile(tile_id, num_tiles_m, num_tiles_n, BLOCK_M, BLOCK_N, GROUP_M)
-        if RECOMPUTE:
-            x1, x2, cols, mask_cols = _glu_h_tiles_tma(
-                x_desc, w1_desc, w2_desc, b1_ptr, b2_ptr, row_start, col_start, OUT, K,
-                HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, ACC_DTYPE, DOT_PRECISION, UPCAST,
-            )
-        else:
-            x1 = h1_desc.load([row_start, col_start]).to(ACC_DTYPE)
-            x2 = h2_desc.load([row_start, col_start]).to(ACC_DTYPE)
-            cols = col_start + tl.arange(0, BLOCK_N)
-            mask_cols = cols < OUT
+        x1, x2, cols, mask_cols = _glu_h_tiles_tma(
+            x_desc, w1_desc, w2_desc, b1_ptr, b2_ptr, row_start, col_start, OUT, K,
+            HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, ACC_DTYPE, DOT_PRECISION, UPCAST,
+        )
         if G_GEMM:
             g, _ = xwT_mainloop_tma(
                 gy_desc, wd_desc, wd_desc, row_start, col_start, col_start, KG,

@@ -74,7 +74,7 @@ from .activations import activation_grad_reference, activation_reference, check_
 __all__ = ["geglu", "geglu_reference", "glu_forward_impl", "glu_backward_dh_impl"]
 
 _TUNE_KEY = ["M_KEY", "OUT", "K", "HAS_BIAS", "ACT"]
-_BWD_KEY = _TUNE_KEY + ["KG", "RECOMPUTE", "G_GEMM", "STORE_Z"]
+_BWD_KEY = _TUNE_KEY + ["KG", "G_GEMM", "STORE_Z"]
 _BWD_FIXED = {"BLOCK_M": GLU_BWD_BLOCK_M}
 _fwd_launcher = Launcher(glu_fwd_kernel, GLU_GEMM_CONFIGS, key=_TUNE_KEY + ["STORE_H"])
 _fwd_tma_launcher = Launcher(glu_fwd_tma_kernel, GLU_TMA_CONFIGS, key=_TUNE_KEY + ["STORE_H"])
@@ -145,7 +145,6 @@ def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
 def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None):
     m, k = x.shape
     out = w1.shape[0]
-    recompute, g_gemm = h is None, wd is not None
     acc_torch = acc_dtypes(x.dtype)[1]
     if dh is None:
         dh = torch.empty((m, 2 * out), dtype=x.dtype, device=x.device)
@@ -157,16 +156,11 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None):
     )
     if m == 0 or out == 0:
         return dh, torch.zeros((2 * out,) if has_bias else (0,), dtype=acc_torch, device=x.device), z
-    dh_halves = (dh[:, :out], dh[:, out:])
-    h_halves = () if recompute else (h[:, :out], h[:, out:])
-    g_operands = (g, wd) if g_gemm else (g,)
-    common = dict(
-        M=m, OUT=out, K=k, KG=g.shape[1], M_KEY=autotune_m_key(m),
-        ACT=act, HAS_BIAS=has_bias, RECOMPUTE=recompute, G_GEMM=g_gemm, STORE_Z=store_z,
-    )
     # the pointer kernels: one program per row block x column block
     grid = lambda meta: (triton.cdiv(m, GLU_BWD_BLOCK_M) * triton.cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
-    if not (recompute or g_gemm):  # the store mode: g and h both read, a pure stream
+    if h is not None:  # the store mode: a pure stream over g and h (g formed on cuBLAS first if need be)
+        if wd is not None:
+            g = g @ wd
         _stream_launchers[has_bias].launch(
             grid, g, h, dh, z if store_z else dh, db_partial if has_bias else dh,
             M=m, OUT=out, stride_gm=g.stride(0), stride_gn=g.stride(1), stride_hm=h.stride(0),
@@ -174,15 +168,21 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None):
             ACT=act, HAS_BIAS=has_bias, STORE_Z=store_z, ACC_DTYPE=acc_dtypes(x.dtype)[0],
             fp64=x.dtype == torch.float64,
         )
-    elif tma_eligible(x, w1, w2, *g_operands, *dh_halves, *h_halves, *((z,) if store_z else ())):
+        return dh, _db_of(db_partial, has_bias), z
+    g_gemm = wd is not None
+    dh_halves = (dh[:, :out], dh[:, out:])
+    g_operands = (g, wd) if g_gemm else (g,)
+    common = dict(
+        M=m, OUT=out, K=k, KG=g.shape[1], M_KEY=autotune_m_key(m),
+        ACT=act, HAS_BIAS=has_bias, G_GEMM=g_gemm, STORE_Z=store_z,
+    )
+    if tma_eligible(x, w1, w2, *g_operands, *dh_halves, *((z,) if store_z else ())):
         # descriptors the configuration does not read still need distinct objects of any valid shape
         _bwd_tma_launcher.launch(
             persistent_grid(num_sms(x), m, out),
             g_desc=descriptor(dh_halves[0] if g_gemm else g), gy_desc=descriptor(g if g_gemm else x),
             wd_desc=descriptor(wd if g_gemm else w1), x_desc=descriptor(x),
             w1_desc=descriptor(w1), w2_desc=descriptor(w2), b1_ptr=_bias_or(b1, dh), b2_ptr=_bias_or(b2, dh),
-            h1_desc=descriptor(h_halves[0] if h_halves else dh_halves[0]),
-            h2_desc=descriptor(h_halves[1] if h_halves else dh_halves[1]),
             dh1_desc=descriptor(dh_halves[0]), dh2_desc=descriptor(dh_halves[1]),
             z_desc=descriptor(z if store_z else dh_halves[0]),
             db_partial_ptr=db_partial if has_bias else dh,
@@ -192,17 +192,20 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None):
         wd_strides = (wd.stride(0), wd.stride(1)) if g_gemm else (0, 0)
         _bwd_launcher.launch(
             grid,
-            g, wd if g_gemm else dh, x, w1, w2, _bias_or(b1, dh), _bias_or(b2, dh), dh if recompute else h, dh,
+            g, wd if g_gemm else dh, x, w1, w2, _bias_or(b1, dh), _bias_or(b2, dh), dh,
             z if store_z else dh, db_partial if has_bias else dh,
             stride_gm=g.stride(0), stride_gn=g.stride(1), stride_wdk=wd_strides[0], stride_wdn=wd_strides[1],
             stride_xm=x.stride(0), stride_xk=x.stride(1), stride_w1n=w1.stride(0), stride_w1k=w1.stride(1),
-            stride_w2n=w2.stride(0), stride_w2k=w2.stride(1), stride_hm=0 if recompute else h.stride(0),
+            stride_w2n=w2.stride(0), stride_w2k=w2.stride(1),
             stride_dhm=dh.stride(0), stride_zm=z.stride(0) if store_z else 0,
             **common, **dot_meta(x.dtype), fp64=x.dtype == torch.float64,
         )
-    # Fixed-order reduction of the per-row-block partials: same bits on every run.
-    db = db_partial.sum(dim=0) if has_bias else db_partial
-    return dh, db, z
+    return dh, _db_of(db_partial, has_bias), z
+
+
+def _db_of(db_partial, has_bias):
+    """The fixed-order reduction of the per-row-block partials: same bits on every run."""
+    return db_partial.sum(dim=0) if has_bias else db_partial
 
 
 # --------------------------------------------------------------------------------------
@@ -224,7 +227,8 @@ def glu_backward_dh_impl(g, x, w1, w2, b1, b2, h, act: str, wd=None, store_z: bo
 
     dh = [g * act(x2) | g * x1 * act'(x2)] ([M, 2*out], x's dtype), with h = [x1 | x2]
     recomputed when ``h`` is None; g = ``g`` [M, out], or ``g @ wd`` when ``wd`` [KG, out] is
-    given (``g`` is then [M, KG]); db = dh.sum(0) in fp32 (fp64 for fp64 inputs), empty
+    given (``g`` is then [M, KG]; formed on the kernel's tile when h is recomputed, on cuBLAS
+    before the stream when h is given); db = dh.sum(0) in fp32 (fp64 for fp64 inputs), empty
     without bias; z = x1 * act(x2) if ``store_z``, else empty.
 
     ``in_place`` (h and g given, no ``wd``): dh is written over h and z over g, which are
