@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from helpers import rel_err  # noqa: E402
 
 import fusedmlp  # noqa: E402
+from fusedmlp._distributed import exit_rank  # noqa: E402
 
 CASES = ("ddp", "fsdp", "fsdp_checkpoint", "fsdp_mixed", "tp")
 
@@ -178,11 +179,7 @@ def main():
         dist.destroy_process_group()
     if int(os.environ.get("RANK", "0")) == 0:
         print("\n".join(lines))
-    # every check has run: leave without C++ static teardown, where a gloo rank once aborted
-    # ("terminate called without an active exception") after all its modules had matched
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_rank(0)  # every check has run; see exit_rank for the teardown race it avoids
 
 
 if __name__ == "__main__":

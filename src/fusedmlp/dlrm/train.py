@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from .._cuda_graph import capture_cuda_graph
+from .._distributed import exit_rank
 from .data import DEFAULT_MAX_ROWS, load_data
 from .metrics import click_metrics
 from .model import DLRM, DLRMConfig
@@ -493,4 +494,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if launched_by_torchrun():  # a rank: its process group is destroyed, its output written
+        exit_rank(code)
+    sys.exit(code)
