@@ -209,6 +209,21 @@ def test_fused_dgrad_kernel(device, monkeypatch, tma, dtype, activation, save_pr
     run_check(tensors, g, dtype, activation, save_preact, "fused dgrad")
 
 
+@pytest.mark.parametrize("save_preact", [False, True], ids=["saves-less", "save_preact"])
+def test_identity_backward_streams_nothing(device, monkeypatch, save_preact):
+    """act' = 1: dpre is g itself, so the backward launches no dpre stream (db is g's column
+    sum); the gradients still match float64."""
+    import fusedmlp.ops.linear_act as ops
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the identity's backward launched a dpre stream")
+
+    monkeypatch.setattr(ops._dpre_launcher, "launch", refuse)
+    monkeypatch.setattr(ops._dpre_in_place_launcher, "launch", refuse)
+    tensors, g = make_inputs((5, 41), 24, 40, device)
+    run_check(tensors, g, torch.float32, "identity", save_preact, "streamless")
+
+
 @pytest.mark.parametrize("activation", ["gelu", "relu"])
 def test_backward_in_row_chunks(device, monkeypatch, activation):
     import fusedmlp.ops._common as common

@@ -135,6 +135,20 @@ def test_both_forward_paths(device, monkeypatch, limits, tma):
     run_check(tensors, g, torch.bfloat16 if tma else torch.float32, "sigmoid", what=f"limits {limits}")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_identity_backward(device, monkeypatch, dtype):
+    """No activation: dpre is g (no dpre stream is launched) and the dgrad GEMM accumulates onto
+    the low-rank term of dx; every gradient (x, W, b, A, B) against float64."""
+    import fusedmlp.ops.linear_act as linear_ops
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the identity's backward launched a dpre stream")
+
+    monkeypatch.setattr(linear_ops._dpre_launcher, "launch", refuse)
+    tensors, g = make_inputs((3, 37), 40, 24, 8, device, grads=(True, True, True, True, True))
+    run_check(tensors, g, dtype, None, what="streamless")
+
+
 @pytest.mark.parametrize("activation", ["gelu", "relu"])
 def test_backward_in_row_chunks(device, monkeypatch, activation):
     import fusedmlp.ops._common as common

@@ -6,6 +6,7 @@
 Forward: one kernel (GEMM + bias + activation on the tile). Backward (kernels/linear_act.py):
 one streaming kernel forms ``dpre = g * act'(pre)`` and the per-row-block db partials (reduced
 in a fixed order: deterministic), then ``dx = dpre @ W`` and ``dW = dpre.T @ x`` run on cuBLAS.
+The identity has no stream: dpre is g itself and db its column sum (PyTorch's, deterministic).
 ``FUSEDMLP_FUSED_DGRAD=1`` (read at import; or ``fusedmlp.ops.linear_act.FUSED_DGRAD``)
 switches dx to the fused dgrad kernel, which forms dpre on the tile inside its main loop and
 writes it on the side for dW; it measured several times slower than the default on an H200
@@ -252,12 +253,14 @@ def backward_formula(grad_y, x, weight, bias, saved, act, mode, needs, traced, r
     ``traced``: the formula runs under torch.compile's tracing, so it calls the custom ops (the
     tracer must not reach a kernel launch with fake tensors). ``in_place`` (mode "pre", eager):
     dpre is written over the saved pre-activation, so it costs no memory and the rows are not
-    chunked (the backward of a graph can then run only once).
+    chunked (the backward of a graph can then run only once). The identity has act' = 1:
+    dpre is g itself, nothing is streamed and db is g's column sum.
 
     Ops built on this one (LoRA) pass ``recompute_pre(rows)``, their pre-activation of a row
-    slice when it is recomputed, and ``extra_terms(rows, dpre, dx_rows)``, run once per chunk
-    with that chunk's dpre (kept then even where dW is not wanted) and its dx (None unless
-    wanted, added to in place) before dx is placed."""
+    slice when it is recomputed, and ``extra_terms(rows, dpre)``, run once per chunk with that
+    chunk's dpre (kept then even where dW is not wanted); it returns None or a ``[rows, in]``
+    term of dx, which the dgrad GEMM then accumulates onto (``term + dpre @ W`` in one cuBLAS
+    call, whose epilogue reads the term: no second pass over dx)."""
     needs_x, needs_w, needs_b = needs
     has_bias = bias is not None and needs_b
     if not (needs_x or needs_w or has_bias or extra_terms is not None):
@@ -266,34 +269,47 @@ def backward_formula(grad_y, x, weight, bias, saved, act, mode, needs, traced, r
     forward = torch.ops.fusedmlp.linear_act if traced else linear_act_forward_impl
     if recompute_pre is None:
         recompute_pre = lambda rows: forward(x[rows], weight, bias, "identity", False)[0]  # noqa: E731
-    store_dpre = needs_w or extra_terms is not None
-    grad_x = grad_w = db = None
     in_place = in_place and mode == "pre" and not traced
-    transient_row_bytes = weight.shape[0] * x.element_size() * (2 if mode == "recompute" else 1)  # dpre (+ pre)
-    chunks = backward_row_chunks(x.shape[0], LINEAR_DGRAD_BLOCK_M, 0 if in_place else transient_row_bytes)
+    fused_dx = needs_x and FUSED_DGRAD and not in_place  # dx formed inside the (opt-in) dgrad kernel
+    streamless = act == "identity" and not fused_dx  # dpre = g
+    store_dpre = needs_w or extra_terms is not None or (needs_x and not fused_dx)
+    grad_x = grad_w = db = None
+    transient_row_bytes = 0 if (in_place or streamless) else weight.shape[0] * x.element_size() * (
+        2 if mode == "recompute" else 1)  # dpre (+ pre)
+    chunks = backward_row_chunks(x.shape[0], LINEAR_DGRAD_BLOCK_M, transient_row_bytes)
     if needs_x and len(chunks) > 1:
         grad_x = x.new_empty(x.shape)
     for start, stop in chunks:
         rows = slice(start, stop)
-        if mode == "recompute" and act != "identity":
-            a = recompute_pre(rows)  # pre, one chunk at a time
+        dx_rows = None
+        if streamless:
+            dpre = grad_y[rows]
+            db_rows = dpre.sum(0, dtype=acc_dtypes(dpre.dtype)[1]) if has_bias else None
         else:
-            a = saved[rows] if saved is not None else grad_y[rows]
-        dx_rows, dpre, db_rows = backward(
-            grad_y[rows], a, weight, act, mode == "output", has_bias, store_dpre, needs_x,
-            *((a,) if in_place else ()),
-        )
-        if extra_terms is not None:
-            extra_terms(rows, dpre, dx_rows if needs_x else None)
-        if needs_x and len(chunks) == 1:
-            grad_x = dx_rows  # one chunk: its dx is the gradient, no copy
-        elif needs_x:
-            grad_x[rows] = dx_rows
+            if mode == "recompute":
+                a = recompute_pre(rows)  # pre, one chunk at a time
+            else:
+                a = saved[rows] if saved is not None else grad_y[rows]
+            dx_rows, dpre, db_rows = backward(
+                grad_y[rows], a, weight, act, mode == "output", has_bias, store_dpre, fused_dx,
+                *((a,) if in_place else ()),
+            )
+            del a
+        extra = extra_terms(rows, dpre) if extra_terms is not None else None
+        if needs_x:
+            if not fused_dx:
+                dx_rows = dpre @ weight if extra is None else extra.addmm_(dpre, weight)
+            elif extra is not None:
+                dx_rows += extra
+            if len(chunks) == 1:
+                grad_x = dx_rows  # one chunk: its dx is the gradient, no copy
+            else:
+                grad_x[rows] = dx_rows
         if needs_w:  # accumulated over the chunks in a fixed order
             grad_w = dpre.t() @ x[rows] if grad_w is None else grad_w.addmm_(dpre.t(), x[rows])
         if has_bias:  # fp32 (fp64) across chunks, rounded once
             db = db_rows if db is None else db + db_rows
-        del a, dpre, dx_rows  # one chunk's transients alive at a time
+        del dpre, dx_rows, extra  # one chunk's transients alive at a time
     return grad_x, grad_w, (db.to(x.dtype) if has_bias else None)
 
 

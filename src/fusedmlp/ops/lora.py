@@ -22,10 +22,14 @@ Either way ``xs @ B.T``, the bias and the activation are applied on the tile, an
 low-rank output ``[M, out]`` never reaches memory.
 
 Backward, with g = dL/dy and dpre = g * act'(pre) (the stream kernel of ``linear_act``, with
-its deterministic db), in the cheap order (rank-r intermediates only, never ``B @ A``):
+its deterministic db; g itself for the identity, with no stream), in the cheap order (rank-r
+intermediates only, never ``B @ A``):
 
     dB = dpre.T @ xs            d_xa = s * (dpre @ B)   [M, r]         dA = d_xa.T @ drop(x)
-    dx = dpre @ W + d_xa @ A  (through dropout's mask when p > 0)      dW = dpre.T @ x if W trains
+    dx = d_xa @ A + dpre @ W  (through dropout's mask when p > 0)      dW = dpre.T @ x if W trains
+
+where the dgrad GEMM accumulates onto ``d_xa @ A`` (one cuBLAS addmm, whose epilogue reads the
+term: no second pass over dx).
 
 What the backward keeps is ``linear_act``'s choice (``save_preact``; the output for
 activations whose derivative follows from it; otherwise nothing, pre recomputed from x and
@@ -176,7 +180,7 @@ def _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, scale,
     def accumulate(name, a, b):  # grads[name] + a @ b, summed over the chunks in a fixed order
         grads[name] = a @ b if grads[name] is None else grads[name].addmm_(a, b)
 
-    def lora_terms(rows, dpre, dx_rows):
+    def lora_terms(rows, dpre):  # dB, dA and the low-rank term of dx (or of dx_lora)
         if needs_lb:
             accumulate("b", dpre.t(), xs[rows])
         lora_dx = needs_x and x_lora is None
@@ -184,10 +188,11 @@ def _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, scale,
             d_xa = (dpre @ lora_b).mul_(scale)  # [rows, r]
             if needs_a:
                 accumulate("a", d_xa.t(), lora_input[rows])
-            if lora_dx:
-                dx_rows.addmm_(d_xa, lora_a)
             if needs_xl:
                 grads["x_lora"][rows] = d_xa @ lora_a
+            if lora_dx:
+                return d_xa @ lora_a  # the dgrad GEMM adds dpre @ W onto it
+        return None
 
     dx, dw, db = backward_formula(grad_y, x, weight, bias, saved, act, mode, (needs_x, needs_w, needs_b), traced,
                                   recompute_pre=recompute_pre, extra_terms=lora_terms)
