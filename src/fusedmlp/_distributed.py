@@ -25,8 +25,9 @@ def exit_rank(code: int) -> None:
     after the caller's ``wait`` returns, and dropping a tensor that has a Python object takes
     the GIL. If the main thread has reached ``Py_Finalize`` by then, the worker thread is
     killed inside a destructor and the process aborts ("terminate called without an active
-    exception", SIGABRT): seen once in about 60 two-rank runs on a loaded 2-core machine, with
-    the backtrace ``ProcessGroupGloo::runLoop`` -> ``~AsyncAllreduceWork`` -> ``decref`` ->
+    exception", SIGABRT): seen in 2 of about 160 two-rank runs on a loaded 2-core machine (none in
+    120 with this exit; benchmarks/results/gloo_exit_abort_cpu_2026-11-22.txt), with the
+    backtrace ``ProcessGroupGloo::runLoop`` -> ``~AsyncAllreduceWork`` -> ``decref`` ->
     ``take_gil`` -> ``pthread_exit``. Nothing is left to do at that point, so skipping the
     teardown loses nothing.
     """
