@@ -3,7 +3,8 @@
 For each (tokens, d, r): the fused forward with ``x @ A.T`` accumulated in the GEMM's main
 loop (every column tile recomputes the narrow product) against the same kernel reading
 ``xs`` that cuBLAS computed first (one more read of x), and the bare cuBLAS base GEMM.
-``fusedmlp.ops.lora.IN_LOOP_MAX_RANK`` is set from this table.
+The limits of ``fusedmlp.ops.lora`` (``IN_LOOP_MAX_MACS``, ``IN_LOOP_MAX_RANK``,
+``IN_LOOP_WIDE_RANK``) are set from this table.
 
     python benchmarks/lora_rank_paths.py [--dtype bf16]
 """
@@ -36,8 +37,8 @@ def main():
                 a = torch.randn(r, d, device="cuda", dtype=dtype) / d**0.5
                 lb = torch.randn(d, r, device="cuda", dtype=dtype) / r**0.5
                 times = []
-                for limit in (10**6, 0):
-                    lora_ops.IN_LOOP_MAX_RANK = limit
+                for limit in (10**6, 0):  # every size and rank in the loop, then none
+                    lora_ops.IN_LOOP_MAX_MACS, lora_ops.IN_LOOP_MAX_RANK = 1 << 62, limit
                     fn = lambda: lora_ops.lora_linear(x, w, b, a, lb, 2.0)  # noqa: E731
                     fn()
                     times.append(median_ms(fn))

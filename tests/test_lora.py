@@ -137,8 +137,8 @@ def test_both_forward_paths(device, monkeypatch, limits, tma):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_identity_backward(device, monkeypatch, dtype):
-    """No activation: dpre is g (no dpre stream is launched) and the dgrad GEMM accumulates onto
-    the low-rank term of dx; every gradient (x, W, b, A, B) against float64."""
+    """No activation: dpre is g (no dpre stream is launched) and dx is one GEMM against the
+    merged weight W + s * B @ A; every gradient (x, W, b, A, B) against float64."""
     import fusedmlp.ops.linear_act as linear_ops
 
     def refuse(*args, **kwargs):

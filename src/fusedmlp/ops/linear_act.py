@@ -248,7 +248,7 @@ def saved_mode(act: str, store_pre: bool) -> str:
 
 
 def backward_formula(grad_y, x, weight, bias, saved, act, mode, needs, traced, recompute_pre=None, extra_terms=None,
-                     in_place=False):
+                     dgrad_weight=None, in_place=False):
     """(dx, dW, db), None where ``needs`` says it is not wanted; rows walked in chunks.
     ``traced``: the formula runs under torch.compile's tracing, so it calls the custom ops (the
     tracer must not reach a kernel launch with fake tensors). ``in_place`` (mode "pre", eager):
@@ -257,10 +257,10 @@ def backward_formula(grad_y, x, weight, bias, saved, act, mode, needs, traced, r
     dpre is g itself, nothing is streamed and db is g's column sum.
 
     Ops built on this one (LoRA) pass ``recompute_pre(rows)``, their pre-activation of a row
-    slice when it is recomputed, and ``extra_terms(rows, dpre)``, run once per chunk with that
-    chunk's dpre (kept then even where dW is not wanted); it returns None or a ``[rows, in]``
-    term of dx, which the dgrad GEMM then accumulates onto (``term + dpre @ W`` in one cuBLAS
-    call, whose epilogue reads the term: no second pass over dx)."""
+    slice when it is recomputed, ``extra_terms(rows, dpre)``, run once per chunk with that
+    chunk's dpre (kept then even where dW is not wanted) for their own gradients, and
+    ``dgrad_weight``, the ``[out, in]`` matrix dx is taken against (``dx = dpre @
+    dgrad_weight``; ``weight`` by default)."""
     needs_x, needs_w, needs_b = needs
     has_bias = bias is not None and needs_b
     if not (needs_x or needs_w or has_bias or extra_terms is not None):
@@ -269,6 +269,8 @@ def backward_formula(grad_y, x, weight, bias, saved, act, mode, needs, traced, r
     forward = torch.ops.fusedmlp.linear_act if traced else linear_act_forward_impl
     if recompute_pre is None:
         recompute_pre = lambda rows: forward(x[rows], weight, bias, "identity", False)[0]  # noqa: E731
+    if dgrad_weight is None:
+        dgrad_weight = weight
     in_place = in_place and mode == "pre" and not traced
     fused_dx = needs_x and FUSED_DGRAD and not in_place  # dx formed inside the (opt-in) dgrad kernel
     streamless = act == "identity" and not fused_dx  # dpre = g
@@ -291,16 +293,15 @@ def backward_formula(grad_y, x, weight, bias, saved, act, mode, needs, traced, r
             else:
                 a = saved[rows] if saved is not None else grad_y[rows]
             dx_rows, dpre, db_rows = backward(
-                grad_y[rows], a, weight, act, mode == "output", has_bias, store_dpre, fused_dx,
+                grad_y[rows], a, dgrad_weight, act, mode == "output", has_bias, store_dpre, fused_dx,
                 *((a,) if in_place else ()),
             )
             del a
-        extra = extra_terms(rows, dpre) if extra_terms is not None else None
+        if extra_terms is not None:
+            extra_terms(rows, dpre)
         if needs_x:
             if not fused_dx:
-                dx_rows = dpre @ weight if extra is None else extra.addmm_(dpre, weight)
-            elif extra is not None:
-                dx_rows += extra
+                dx_rows = dpre @ dgrad_weight
             if len(chunks) == 1:
                 grad_x = dx_rows  # one chunk: its dx is the gradient, no copy
             else:
@@ -309,7 +310,7 @@ def backward_formula(grad_y, x, weight, bias, saved, act, mode, needs, traced, r
             grad_w = dpre.t() @ x[rows] if grad_w is None else grad_w.addmm_(dpre.t(), x[rows])
         if has_bias:  # fp32 (fp64) across chunks, rounded once
             db = db_rows if db is None else db + db_rows
-        del dpre, dx_rows, extra  # one chunk's transients alive at a time
+        del dpre, dx_rows  # one chunk's transients alive at a time
     return grad_x, grad_w, (db.to(x.dtype) if has_bias else None)
 
 

@@ -22,14 +22,21 @@ Either way ``xs @ B.T``, the bias and the activation are applied on the tile, an
 low-rank output ``[M, out]`` never reaches memory.
 
 Backward, with g = dL/dy and dpre = g * act'(pre) (the stream kernel of ``linear_act``, with
-its deterministic db; g itself for the identity, with no stream), in the cheap order (rank-r
-intermediates only, never ``B @ A``):
+its deterministic db; g itself for the identity, with no stream), the rank-r products in the
+cheap order (``[M, r]`` intermediates):
 
     dB = dpre.T @ xs            d_xa = s * (dpre @ B)   [M, r]         dA = d_xa.T @ drop(x)
-    dx = d_xa @ A + dpre @ W  (through dropout's mask when p > 0)      dW = dpre.T @ x if W trains
+    dx = dpre @ (W + s * B @ A)                                        dW = dpre.T @ x if W trains
 
-where the dgrad GEMM accumulates onto ``d_xa @ A`` (one cuBLAS addmm, whose epilogue reads the
-term: no second pass over dx).
+dx is one GEMM against the merged weight ``W + s * B @ A``, formed once per backward (an
+``[out, in]`` matrix, rounded once to the weight's dtype), instead of ``dpre @ W`` added onto
+the low-rank term ``d_xa @ A``: an ``[M, in]`` product written by one GEMM and read by the
+next. Rounding the merged weight costs about one more rounding of dx, as eager PEFT's two
+rounded products do: emulated in bf16 on a CPU (2048 x 1024 -> 1024, r = 16, B at 1e-3 and
+1e-1), dx's relative error against float64 was 2.3e-3 with the merged weight, 2.3-2.7e-3 for
+eager PEFT and 1.7e-3 for dx rounded once. With dropout the LoRA path's input is a
+dropped-out copy of x, so the low-rank term goes to that copy (``d_xa @ A``, through the
+mask) and dx is ``dpre @ W``.
 
 What the backward keeps is ``linear_act``'s choice (``save_preact``; the output for
 activations whose derivative follows from it; otherwise nothing, pre recomputed from x and
@@ -72,9 +79,14 @@ __all__ = ["lora_linear", "lora_linear_reference"]
 # Where xs = s * x @ A.T comes from (module docstring): the main loop for base GEMMs up to
 # this many multiply-adds and ranks up to this for 16-bit data (half of it for fp32, a quarter for
 # fp64: the A tile's bytes per pipeline stage must fit the first tile config's shared
-# memory), cuBLAS otherwise.
+# memory), cuBLAS otherwise. Ranks above IN_LOOP_WIDE_RANK take the main loop only up to a
+# quarter of IN_LOOP_MAX_MACS: the wider second product costs more than the launch it saves
+# there (H200, bf16, benchmarks/lora_rank_paths.py: at 32768 x 1024 -> 1024, r = 64, 0.185 ms
+# in the loop against 0.159 through cuBLAS; r <= 32 0.142-0.144 against 0.145-0.150; at
+# 8192 x 1024 -> 1024 the loop wins at every rank, 0.098-0.100 against 0.112-0.128).
 IN_LOOP_MAX_MACS = 2**35
 IN_LOOP_MAX_RANK = 64
+IN_LOOP_WIDE_RANK = 32
 
 _FWD_KEY = ["M_KEY", "N", "K", "R_PAD", "ACT", "HAS_BIAS", "STORE_PRE", "LORA_IN_LOOP"]
 _fwd_launcher = Launcher(lora_fwd_kernel, LORA_CONFIGS, key=_FWD_KEY)
@@ -152,8 +164,9 @@ def lora_forward_impl(x, weight, bias, lora_a, lora_b, x_lora, xs, scale: float,
     (x_lora = x when None) when this call computed it; a given ``xs`` is used as is (the
     recompute path) and ``xs_out`` is then empty."""
     given = xs is not None
-    in_loop = (x_lora is None and lora_a.shape[0] * x.element_size() <= 2 * IN_LOOP_MAX_RANK
-               and x.numel() * weight.shape[0] <= IN_LOOP_MAX_MACS)
+    r, macs = lora_a.shape[0], x.numel() * weight.shape[0]
+    in_loop = (x_lora is None and r * x.element_size() <= 2 * IN_LOOP_MAX_RANK
+               and macs <= (IN_LOOP_MAX_MACS if r <= IN_LOOP_WIDE_RANK else IN_LOOP_MAX_MACS // 4))
     if not given and not (in_loop and use_triton(x)):
         xs = _scaled_rank_product(x if x_lora is None else x_lora, lora_a, scale)
     if use_triton(x):
@@ -180,22 +193,21 @@ def _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, scale,
     def accumulate(name, a, b):  # grads[name] + a @ b, summed over the chunks in a fixed order
         grads[name] = a @ b if grads[name] is None else grads[name].addmm_(a, b)
 
-    def lora_terms(rows, dpre):  # dB, dA and the low-rank term of dx (or of dx_lora)
+    def lora_terms(rows, dpre):  # dB, dA and dx_lora
         if needs_lb:
             accumulate("b", dpre.t(), xs[rows])
-        lora_dx = needs_x and x_lora is None
-        if needs_a or lora_dx or needs_xl:
-            d_xa = (dpre @ lora_b).mul_(scale)  # [rows, r]
+        if needs_a or needs_xl:
+            d_xa = dpre.new_empty((dpre.shape[0], lora_a.shape[0])).addmm_(dpre, lora_b, beta=0, alpha=scale)
             if needs_a:
                 accumulate("a", d_xa.t(), lora_input[rows])
             if needs_xl:
                 grads["x_lora"][rows] = d_xa @ lora_a
-            if lora_dx:
-                return d_xa @ lora_a  # the dgrad GEMM adds dpre @ W onto it
-        return None
 
+    # dx = dpre @ W + s * (dpre @ B) @ A = dpre @ (W + s * B @ A): one GEMM against the merged
+    # weight, formed once (an [out, in] matrix instead of an [M, in] low-rank term of dx)
+    merged = torch.addmm(weight, lora_b, lora_a, alpha=scale) if needs_x and x_lora is None else None
     dx, dw, db = backward_formula(grad_y, x, weight, bias, saved, act, mode, (needs_x, needs_w, needs_b), traced,
-                                  recompute_pre=recompute_pre, extra_terms=lora_terms)
+                                  recompute_pre=recompute_pre, extra_terms=lora_terms, dgrad_weight=merged)
     return dx, dw, db, grads["a"], grads["b"], grads["x_lora"]
 
 
