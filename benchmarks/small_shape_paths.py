@@ -1,14 +1,17 @@
-"""Tensor-descriptor (TMA) kernels or pointer kernels at the small, host-bound shapes.
+"""Host time of the tensor-descriptor (TMA) launches at the small, host-bound shapes.
 
-A TMA launch builds a tensor descriptor per operand on the host (a Python object, then a
-CUtensorMap filled by Triton's launcher), where a pointer kernel takes plain pointers and
-strides. Where a step waits for the host, that difference may outweigh the TMA kernel's
-faster main loop. For each op at its small bench shape (bf16, backward on the calling
-thread): host microseconds per call (back-to-back calls, no sync) and do_bench's median, for
-the forward and the forward+backward, with the ops' TMA kernels allowed and with the pointer
-kernels forced.
+A TMA kernel takes a tensor descriptor per operand. Three ways to launch it are timed, in
+one process, interleaved (rounds of each in turn, so that the host's drift touches all
+alike), for each op at its small bench shape (bf16, backward on the calling thread):
+    direct    the launch cache expands each descriptor from its table (kernels/launch.py)
+    wrapped   the same cached launch through Triton's launcher, which builds and fills every
+              descriptor on every call (``launch.DIRECT_DESCRIPTORS = False``)
+    pointer   the ops' pointer kernels (no descriptors; a slower main loop on the GPU)
+Printed per op and mode: the median over the rounds of host microseconds per call
+(back-to-back calls, no sync; the GPU work of a call is shorter, so the host sets the pace)
+and do_bench's median of the same call.
 
-    python benchmarks/small_shape_paths.py [--json FILE]
+    python benchmarks/small_shape_paths.py [--rounds 7] [--json FILE]
 """
 
 import argparse
@@ -20,6 +23,7 @@ import time
 import torch
 
 import fusedmlp
+import fusedmlp.kernels.launch as launch_mod
 import fusedmlp.ops.glu as glu_ops
 import fusedmlp.ops.linear_act as linear_ops
 import fusedmlp.ops.lora as lora_ops
@@ -29,28 +33,29 @@ _MODULES = (glu_ops, linear_ops, lora_ops)
 
 
 @contextlib.contextmanager
-def pointer_kernels():
-    saved = [m.tma_eligible for m in _MODULES]
-    for m in _MODULES:
-        m.tma_eligible = lambda *tensors: False
+def variant(name):
+    saved = [m.tma_eligible for m in _MODULES], launch_mod.DIRECT_DESCRIPTORS
+    if name == "pointer":
+        for m in _MODULES:
+            m.tma_eligible = lambda *tensors: False
+    launch_mod.DIRECT_DESCRIPTORS = name == "direct"
     try:
         yield
     finally:
-        for m, f in zip(_MODULES, saved):
+        for m, f in zip(_MODULES, saved[0]):
             m.tma_eligible = f
+        launch_mod.DIRECT_DESCRIPTORS = saved[1]
 
 
-def host_us_per_call(fn, calls=200, runs=5):
+def host_us_per_call(fn, calls=200):
     fn()
     torch.cuda.synchronize()
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(samples)
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
 
 
 def cases(dtype):
@@ -73,24 +78,34 @@ def cases(dtype):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per variant")
     parser.add_argument("--json", default=None, help="also write the results as JSON here")
     args = parser.parse_args()
     torch.autograd.set_multithreading_enabled(False)
+    names = ("direct", "wrapped", "pointer")
     results = []
-    for name, forward, leaves in cases(torch.bfloat16):
+    for case, forward, leaves in cases(torch.bfloat16):
         g = torch.randn_like(forward())
         steps = {"fwd": forward, "fwd+bwd": lambda: torch.autograd.grad(forward(), leaves, g)}
-        for path in ("tma", "pointer"):
-            with pointer_kernels() if path == "pointer" else contextlib.nullcontext():
-                for mode, fn in steps.items():
-                    host, ms = host_us_per_call(fn), median_ms(fn)
-                    results.append({"case": name, "path": path, "mode": mode, "host_us": host, "ms": ms})
-                    print(f"{name:38s} {path:8s} {mode:8s} host {host:7.1f} us/call  do_bench {ms * 1e3:7.1f} us",
-                          flush=True)
+        for mode, fn in steps.items():
+            samples = {name: [] for name in names}
+            for _ in range(args.rounds):
+                for name in names:
+                    with variant(name):
+                        samples[name].append(host_us_per_call(fn))
+            for name in names:
+                with variant(name):
+                    ms = median_ms(fn)
+                host = statistics.median(samples[name])
+                results.append({"case": case, "variant": name, "mode": mode, "host_us": host,
+                                "host_us_rounds": samples[name], "ms": ms})
+                print(f"{case:38s} {mode:8s} {name:8s} host {host:7.1f} us/call "
+                      f"(rounds {min(samples[name]):.0f}-{max(samples[name]):.0f})  do_bench {ms * 1e3:7.1f} us",
+                      flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}, f,
-                      indent=1)
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rounds": args.rounds,
+                       "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":

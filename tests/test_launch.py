@@ -129,3 +129,81 @@ def test_cache_bookkeeping_with_a_recorded_launcher(monkeypatch):
     assert last[9:] == (x, y, 35, 17.5, 64, "relu")
     fast.call(run, grid, (x, y[1:]), dict(n=48, scale=1.0))  # a misaligned y: a new kind
     assert len(misses) == 4
+
+
+def _toy_desc(x_desc, y_ptr, n, N_TILE: tl.constexpr):
+    pass
+
+
+def _wrapper_like_triton(launcher, tensordesc_indices, tensordesc_meta):
+    """A closure over the names Triton 3.6's tensor-descriptor wrapper keeps (the C launcher,
+    the descriptors' argument positions and their metadata)."""
+    def inner(*args):
+        return launcher, tensordesc_indices, tensordesc_meta
+
+    return inner
+
+
+class _DescriptorKernel:
+    """A compiled kernel with one tensor-descriptor argument, its C launcher recorded."""
+
+    packed_metadata = "packed"
+    function = "function"
+
+    def __init__(self, scratch=0):
+        from types import SimpleNamespace
+
+        self.calls = []
+        self.meta = {"block_size": [16, 32]}
+        self.run = SimpleNamespace(
+            launch=_wrapper_like_triton(lambda *args: self.calls.append(args), {0}, [self.meta]),
+            global_scratch_size=scratch, profile_scratch_size=0, launch_cooperative_grid=False, launch_pdl=True,
+        )
+
+
+def test_cached_launch_expands_descriptors_once_per_address_and_shape(monkeypatch):
+    """On any machine: a hit hands the C launcher each descriptor expanded (Triton's own
+    expansion, called once per address, shape and strides, then served from the table), the
+    rest of the arguments as they are; a kernel that needs scratch memory is not launched that way."""
+    import triton.backends.nvidia.driver as driver
+    from triton.runtime.jit import JITFunction
+
+    monkeypatch.setattr(launch_mod, "FAST_LAUNCH", True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 77, raising=False)
+    expanded = []
+
+    def expand(desc, meta):
+        expanded.append((desc.base.data_ptr(), tuple(desc.shape), tuple(desc.block_shape)))
+        return [f"map{len(expanded)}", *desc.shape, *desc.strides]
+
+    monkeypatch.setattr(driver, "make_tensordesc_arg", expand)
+    fast = launch_mod.FastLaunch(JITFunction(_toy_desc))
+    compiled, misses = _DescriptorKernel(), []
+
+    def run():
+        misses.append(1)
+        return compiled, {"N_TILE": 16}
+
+    x, y, wider = torch.empty(64, 32), torch.empty(64), torch.empty(128, 32)
+    for x_arg in (x, x, x, wider, x):
+        fast.call(run, (4,), (), dict(x_desc=x_arg, y_ptr=y, n=64))
+    assert len(misses) == 1 and fast.hits == 4
+    assert expanded == [(x.data_ptr(), (64, 32), (16, 32)), (wider.data_ptr(), (128, 32), (16, 32))]
+    head = (4, 1, 1, 77, "function", False, True, None, None, "packed", None, None, None)
+    assert compiled.calls[0] == head + ("map1", 64, 32, 32, 1, y, 64, 16)
+    assert compiled.calls[2] == head + ("map2", 128, 32, 32, 1, y, 64, 16)
+    assert compiled.calls[3] == compiled.calls[0]  # x again: from the table
+
+    assert launch_mod._DirectLaunch.of(_DescriptorKernel(scratch=128)) is None
+    assert launch_mod._DirectLaunch.of(_RecordingKernel()) is None  # no descriptor wrapper
+
+
+def test_descriptor_parameters_are_wrapped_for_triton():
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    t = torch.empty(32, 16)
+    wrapped = launch_mod.as_descriptors(dict(x_desc=t, y_desc=t, x_ptr=t, n=3))
+    assert isinstance(wrapped["x_desc"], TensorDescriptor) and wrapped["x_desc"].base is t
+    assert wrapped["x_desc"] is not wrapped["y_desc"]  # one object each: the pre-hook sets their blocks
+    assert wrapped["x_ptr"] is t and wrapped["n"] == 3

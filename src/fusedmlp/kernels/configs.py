@@ -14,7 +14,7 @@ import os
 
 import triton
 
-from .launch import INTERPRET, FastLaunch
+from .launch import INTERPRET, FastLaunch, as_descriptors
 
 # FUSEDMLP_AUTOTUNE=0 launches the first config of each table instead of tuning (compiles one
 # config per specialisation: the GPU test suite uses it to stay fast).
@@ -205,7 +205,9 @@ class Launcher:
     ``launch(grid, *args, fp64=..., **kwargs)``: ``grid`` is a function of the meta-parameters.
     A table of one config is never tuned (the kernels that write over their inputs rely on it).
     Configs may carry a pre-hook (descriptor block shapes); on the fixed-config paths it is
-    called here with the keyword arguments and the config, so descriptors must be keywords.
+    called here with the keyword arguments and the config, so descriptors must be keywords:
+    plain tensors passed to the kernel's ``*_desc`` parameters, wrapped here for Triton's path
+    (kernels/launch.py: cached launches expand them without descriptor objects).
     After the first launch of a kind, later ones reuse the compiled kernel directly
     (kernels/launch.py: the same kernel and config, a fraction of the host time).
     """
@@ -222,17 +224,18 @@ class Launcher:
         self.pre_hook = first.pre_hook
         tune = AUTOTUNE and not INTERPRET and len(configs) > 1  # a single config runs as it is
         self.tuned = triton.autotune(configs=configs, key=key)(kernel) if tune else None
-        self.fast = FastLaunch(kernel, self.pre_hook)
+        self.fast = FastLaunch(kernel, self.pre_hook, self.pre_hook is _set_descriptor_blocks)
 
     def _run_fixed(self, grid, args, kwargs, meta):
         # the shared fixed configs name every block size; a kernel takes the ones it has
         meta = {k: v for k, v in dict(meta, **self.fixed).items() if k in self.params or k.startswith("num_")}
+        kwargs = as_descriptors(kwargs)
         if self.pre_hook is not None:
             self.pre_hook(dict(kwargs, **meta))
         return self.kernel[grid](*args, **kwargs, **meta), meta
 
     def _run_tuned(self, grid, args, kwargs):
-        compiled = self.tuned[grid](*args, **kwargs, **self.fixed)
+        compiled = self.tuned[grid](*args, **as_descriptors(kwargs), **self.fixed)
         config = self.tuned.best_config
         return compiled, dict(config.all_kwargs(), **self.fixed)
 

@@ -20,8 +20,20 @@ chosen config, which are filed under a key that captures everything Triton speci
 Later calls with the same key go straight to the compiled kernel's launcher. The key is at
 least as fine as Triton's own, so a cached kernel is only reused where Triton would reuse it.
 
+Tensor descriptors (Hopper TMA) are passed as plain tensors to every ``*_desc`` parameter:
+Triton's path gets them wrapped (``as_descriptors``), and a cached launch hands Triton's C
+launcher the expanded arguments of each descriptor (the filled ``CUtensorMap``, shape and
+strides) from a table keyed on the tensor's address, shape and strides. A descriptor is a
+pure function of those and of the compiled kernel's block shape, swizzle and dtype, so an
+entry is exact whatever tensor later sits at that address. Building and filling the
+descriptors of each launch anew cost the host 8-10 us per descriptor on the H200 machine
+here (a LoRA forward with five: 123 us of host per call, 87 through a pointer kernel:
+benchmarks/small_shape_paths.py), where most steps of a training loop reuse the addresses
+of the step before.
+
 The reuse runs on the Triton versions it was written against (3.6, whose launcher signature
-it calls) and only when no launch hook is installed (profilers such as proton install one);
+it calls, and whose launcher's tensor-descriptor wrapper it reads to reach the C launcher
+behind it) and only when no launch hook is installed (profilers such as proton install one);
 otherwise, and with ``FUSEDMLP_FAST_LAUNCH=0``, every launch takes Triton's own path.
 """
 
@@ -44,6 +56,21 @@ _SUPPORTED = triton.__version__.startswith("3.6.")
 FAST_LAUNCH = (_SUPPORTED and not INTERPRET
                and os.environ.get("FUSEDMLP_FAST_LAUNCH", "1") not in ("", "0"))
 _INT32 = (-(2**31), 2**31 - 1)
+# Cached launches expand descriptors themselves (below); False sends them through Triton's
+# launcher wrapper instead (benchmarks/small_shape_paths.py times both in one process).
+DIRECT_DESCRIPTORS = True
+DESCRIPTOR_SUFFIX = "_desc"  # parameters that take a tensor descriptor (a plain tensor from the ops)
+_FILLED_PER_KERNEL = 256  # expanded descriptors kept per compiled kernel (the table is cleared when full)
+
+
+def as_descriptors(kwargs: dict) -> dict:
+    """``kwargs`` with each tensor passed to a ``*_desc`` parameter wrapped in its own
+    TensorDescriptor (a placeholder block shape: the config's pre-hook sets the real one)."""
+    out = dict(kwargs)
+    for name, value in kwargs.items():
+        if name.endswith(DESCRIPTOR_SUFFIX) and isinstance(value, torch.Tensor):
+            out[name] = TensorDescriptor.from_tensor(value, [16, 16])
+    return out
 
 
 def _hooks_installed() -> bool:
@@ -74,18 +101,78 @@ def _value_key(value):
     return value  # strings, dtypes, None: by value (finer than Triton: only costs a miss)
 
 
+class _DirectLaunch:
+    """Triton 3.6's C launcher of one compiled kernel, called with its tensor descriptors
+    expanded from a table (module docstring). ``of(compiled)`` is None where the compiled
+    kernel takes no descriptor, needs scratch memory, or its launcher is not laid out as
+    written against: those launches take ``compiled.run``."""
+
+    def __init__(self, compiled, raw, descriptors: dict):
+        runner = compiled.run
+        self.raw, self.descriptors = raw, descriptors  # {argument position: Triton's descriptor metadata}
+        self.head = (compiled.function, runner.launch_cooperative_grid, runner.launch_pdl, None, None,
+                     compiled.packed_metadata, None, None, None)  # scratch buffers, launch metadata, hooks
+        self.filled = {}
+
+    @classmethod
+    def of(cls, compiled):
+        runner = getattr(compiled, "run", None)
+        wrapper = getattr(runner, "launch", None)
+        if getattr(runner, "global_scratch_size", 1) or getattr(runner, "profile_scratch_size", 1):
+            return None
+        code, cells = getattr(wrapper, "__code__", None), getattr(wrapper, "__closure__", None)
+        if code is None or not cells:
+            return None  # no descriptor: Triton's launcher is the C function itself
+        free = dict(zip(code.co_freevars, (cell.cell_contents for cell in cells)))
+        raw, positions, metas = (free.get(k) for k in ("launcher", "tensordesc_indices", "tensordesc_meta"))
+        if raw is None or not positions or not metas or len(metas) != len(positions) or None in metas:
+            return None
+        # the wrapper meets the descriptors in argument order and takes their metadata in turn
+        try:
+            return cls(compiled, raw, dict(zip(sorted(positions), metas)))
+        except AttributeError:  # a launcher without the fields written against
+            return None
+
+    def _expanded(self, position, value, meta):
+        if isinstance(value, TensorDescriptor):  # a caller's own descriptor object
+            value = value.base
+        key = (position, value.data_ptr(), tuple(value.shape), value.stride())
+        args = self.filled.get(key)
+        if args is None:
+            from triton.backends.nvidia.driver import make_tensordesc_arg
+
+            if len(self.filled) >= _FILLED_PER_KERNEL:
+                self.filled.clear()
+            desc = TensorDescriptor.from_tensor(value, list(meta["block_size"]))
+            args = self.filled[key] = make_tensordesc_arg(desc, meta)
+        return args
+
+    def __call__(self, grid, stream, bound):
+        args, descriptors = [], self.descriptors
+        for position, value in enumerate(bound):
+            meta = descriptors.get(position)
+            if meta is None:
+                args.append(value)
+            else:
+                args.extend(self._expanded(position, value, meta))
+        self.raw(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream, *self.head, *args)
+
+
 class FastLaunch:
     """Reuse of compiled launches of one ``@triton.jit`` kernel (see the module docstring).
 
     ``call(run, grid, args, kwargs, by_value=())``: ``run()`` launches through Triton and
     returns ``(compiled kernel, meta)`` where ``meta`` holds the config's meta-parameters (and
     num_warps / num_stages, which the launcher ignores); ``by_value`` names arguments to key by
-    value (the autotune key). ``pre_hook(dict)`` of the config, if any, runs on every launch.
+    value (the autotune key). ``pre_hook(dict)`` of the config, if any, runs on every launch,
+    except on the direct descriptor path when ``pre_hook_sets_descriptor_blocks`` says all it
+    does is give descriptor objects their block shapes (that path makes none).
     """
 
-    def __init__(self, kernel, pre_hook=None):
+    def __init__(self, kernel, pre_hook=None, pre_hook_sets_descriptor_blocks=False):
         self.kernel = kernel
         self.pre_hook = pre_hook
+        self.pre_hook_sets_descriptor_blocks = pre_hook_sets_descriptor_blocks
         self.cache = {}
         self.hits = 0  # launches served from the cache (the tests read it)
         # the interpreter's kernels carry no parameter list: they always take Triton's path
@@ -120,12 +207,15 @@ class FastLaunch:
         if entry is None:
             compiled, meta = run()
             if compiled is not None and hasattr(compiled, "packed_metadata"):
-                self.cache[key] = (compiled, dict(meta))
+                self.cache[key] = (compiled, dict(meta), _DirectLaunch.of(compiled))
             return compiled, meta
-        compiled, meta = entry
+        compiled, meta, direct = entry
+        direct = direct if DIRECT_DESCRIPTORS else None
         self.hits += 1
         merged = {**kwargs, **meta}
-        if self.pre_hook is not None:
+        if direct is None:
+            merged = as_descriptors(merged)
+        if self.pre_hook is not None and not (direct is not None and self.pre_hook_sets_descriptor_blocks):
             self.pre_hook(merged)
         bound = list(args)
         for name in self.arg_names[len(args):]:
@@ -133,9 +223,12 @@ class FastLaunch:
         grid = grid(merged) if callable(grid) else grid
         device = torch.cuda.current_device()
         stream = torch._C._cuda_getCurrentRawStream(device)
-        compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
-                     compiled.function, compiled.packed_metadata, None, None, None, *bound)
-        return entry
+        if direct is not None:
+            direct(grid, stream, bound)
+        else:
+            compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
+                         compiled.function, compiled.packed_metadata, None, None, None, *bound)
+        return compiled, meta
 
 
 def launch(kernel, grid, *args, **kwargs):
@@ -144,4 +237,4 @@ def launch(kernel, grid, *args, **kwargs):
     fast = kernel.__dict__.get("_fusedmlp_fast")
     if fast is None:
         fast = kernel._fusedmlp_fast = FastLaunch(kernel)
-    return fast.call(lambda: (kernel[grid](*args, **kwargs), {}), grid, args, kwargs)
+    return fast.call(lambda: (kernel[grid](*args, **as_descriptors(kwargs)), {}), grid, args, kwargs)

@@ -145,14 +145,6 @@ def tma_eligible(*tensors: torch.Tensor) -> bool:
     return True
 
 
-def descriptor(t: torch.Tensor):
-    """A Hopper tensor descriptor of ``t``; the block shape is a placeholder that the config's
-    pre-hook replaces before launch (kernels/configs.py)."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    return TensorDescriptor.from_tensor(t, [16, 16])
-
-
 def persistent_grid(sms: int, m: int, n: int, block_m: str = "BLOCK_M", block_n: str = "BLOCK_N"):
     """Grid of a persistent kernel over an [m, n] output: ``PROGRAMS_PER_SM`` (a config's) programs
     per SM, at most one per tile. The kernel strides its tiles by ``tl.num_programs(0)``."""

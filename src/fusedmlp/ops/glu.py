@@ -61,7 +61,6 @@ from ._common import (
     autotune_m_key,
     backward_row_chunks,
     check_linear_inputs,
-    descriptor,
     dot_meta,
     num_sms,
     persistent_grid,
@@ -124,9 +123,9 @@ def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
         h1, h2 = h_halves if store_h else (y, y)
         _fwd_tma_launcher.launch(
             persistent_grid(num_sms(x), m, out),
-            x_desc=descriptor(x), w1_desc=descriptor(w1), w2_desc=descriptor(w2),
-            b1_ptr=_bias_or(b1, y), b2_ptr=_bias_or(b2, y), y_desc=descriptor(y),
-            h1_desc=descriptor(h1), h2_desc=descriptor(h2),
+            x_desc=x, w1_desc=w1, w2_desc=w2,
+            b1_ptr=_bias_or(b1, y), b2_ptr=_bias_or(b2, y), y_desc=y,
+            h1_desc=h1, h2_desc=h2,
             **common, **dot_meta(x.dtype),
         )
         return y, h
@@ -177,14 +176,14 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None):
         ACT=act, HAS_BIAS=has_bias, G_GEMM=g_gemm, STORE_Z=store_z,
     )
     if tma_eligible(x, w1, w2, *g_operands, *dh_halves, *((z,) if store_z else ())):
-        # descriptors the configuration does not read still need distinct objects of any valid shape
+        # descriptors the configuration does not read still need a tensor of any valid shape
         _bwd_tma_launcher.launch(
             persistent_grid(num_sms(x), m, out),
-            g_desc=descriptor(dh_halves[0] if g_gemm else g), gy_desc=descriptor(g if g_gemm else x),
-            wd_desc=descriptor(wd if g_gemm else w1), x_desc=descriptor(x),
-            w1_desc=descriptor(w1), w2_desc=descriptor(w2), b1_ptr=_bias_or(b1, dh), b2_ptr=_bias_or(b2, dh),
-            dh1_desc=descriptor(dh_halves[0]), dh2_desc=descriptor(dh_halves[1]),
-            z_desc=descriptor(z if store_z else dh_halves[0]),
+            g_desc=dh_halves[0] if g_gemm else g, gy_desc=g if g_gemm else x,
+            wd_desc=wd if g_gemm else w1, x_desc=x,
+            w1_desc=w1, w2_desc=w2, b1_ptr=_bias_or(b1, dh), b2_ptr=_bias_or(b2, dh),
+            dh1_desc=dh_halves[0], dh2_desc=dh_halves[1],
+            z_desc=z if store_z else dh_halves[0],
             db_partial_ptr=db_partial if has_bias else dh,
             **common, **dot_meta(x.dtype),
         )

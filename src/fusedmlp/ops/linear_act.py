@@ -59,7 +59,6 @@ from ._common import (
     autotune_m_key,
     backward_row_chunks,
     check_linear_inputs,
-    descriptor,
     dot_meta,
     num_sms,
     persistent_grid,
@@ -114,8 +113,8 @@ def _launch_fwd(x, weight, bias, act, store_pre):
     if tma_eligible(x, weight, y, *((pre,) if store_pre else ())):
         _fwd_tma_launcher.launch(
             persistent_grid(num_sms(x), m, n),
-            x_desc=descriptor(x), w_desc=descriptor(weight), b_ptr=b_ptr, y_desc=descriptor(y),
-            pre_desc=descriptor(pre if store_pre else y),
+            x_desc=x, w_desc=weight, b_ptr=b_ptr, y_desc=y,
+            pre_desc=pre if store_pre else y,
             **common, **dot_meta(x.dtype),
         )
         return y, pre
@@ -176,8 +175,8 @@ def _launch_fused_dgrad(g, a, weight, dpre_ptr, db_ptr, common):
     if tma_eligible(g, a, weight, dx, *((dpre_ptr,) if store_dpre else ())):
         _dgrad_tma_launcher.launch(
             persistent_grid(num_sms(g), m, k, "BLOCK_M", "BLOCK_K"),
-            g_desc=descriptor(g), a_desc=descriptor(a), w_desc=descriptor(weight), dx_desc=descriptor(dx),
-            dpre_desc=descriptor(dpre_ptr), db_partial_ptr=db_ptr, K=k,
+            g_desc=g, a_desc=a, w_desc=weight, dx_desc=dx,
+            dpre_desc=dpre_ptr, db_partial_ptr=db_ptr, K=k,
             **common, **dot_meta(g.dtype),
         )
         return dx

@@ -64,7 +64,6 @@ from ._common import (
     check_linear_inputs,
     check_same_dtype_device,
     check_tensor,
-    descriptor,
     dot_meta,
     num_sms,
     persistent_grid,
@@ -141,10 +140,11 @@ def _launch_fwd(x, weight, bias, lora_a, lora_b, xs_given, scale, act, store_pre
     if tma_eligible(x, weight, y, *((lora_a,) if in_loop else ()), *((pre,) if store_pre else ())):
         _fwd_tma_launcher.launch(
             persistent_grid(num_sms(x), m, n),
-            # a separate descriptor object even when A is unused: the pre-hook sets its block shape
-            x_desc=descriptor(x), w_desc=descriptor(weight), lora_a_desc=descriptor(lora_a if in_loop else x),
-            b_ptr=b_ptr, lora_b_ptr=lora_b, xs_ptr=xs, y_desc=descriptor(y),
-            pre_desc=descriptor(pre if store_pre else y),
+            # *_desc: plain tensors, made descriptors by the launcher (kernels/launch.py); an unused
+            # one (A, pre) is any tensor of valid shape
+            x_desc=x, w_desc=weight, lora_a_desc=lora_a if in_loop else x,
+            b_ptr=b_ptr, lora_b_ptr=lora_b, xs_ptr=xs, y_desc=y,
+            pre_desc=pre if store_pre else y,
             **lora_strides, **common, **dot_meta(x.dtype),
         )
         return y, pre, xs
