@@ -135,18 +135,27 @@ def test_both_forward_paths(device, monkeypatch, limits, tma):
     run_check(tensors, g, torch.bfloat16 if tma else torch.float32, "sigmoid", what=f"limits {limits}")
 
 
+@pytest.mark.parametrize("rows,d_out", [(111, 24), (9, 40)], ids=["merged-weight", "fewer-rows-than-outputs"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_identity_backward(device, monkeypatch, dtype):
-    """No activation: dpre is g (no dpre stream is launched) and dx is one GEMM against the
-    merged weight W + s * B @ A; every gradient (x, W, b, A, B) against float64."""
+def test_identity_backward(device, monkeypatch, dtype, rows, d_out):
+    """No activation: dpre is g (no dpre stream is launched); dx is one GEMM against the merged
+    weight W + s * B @ A, or with fewer rows than outputs dpre @ W plus d_xa @ A; every
+    gradient (x, W, b, A, B) against float64."""
     import fusedmlp.ops.linear_act as linear_ops
 
     def refuse(*args, **kwargs):
         raise AssertionError("the identity's backward launched a dpre stream")
 
     monkeypatch.setattr(linear_ops._dpre_launcher, "launch", refuse)
-    tensors, g = make_inputs((3, 37), 40, 24, 8, device, grads=(True, True, True, True, True))
+    tensors, g = make_inputs((rows,), 40, d_out, 8, device, grads=(True, True, True, True, True))
     run_check(tensors, g, dtype, None, what="streamless")
+
+
+@pytest.mark.parametrize("activation,save_preact", [("gelu", False), ("silu", True)])
+def test_fewer_rows_than_outputs(device, activation, save_preact):
+    """M < out: dx is dpre @ W with the low-rank term added after (not the merged weight)."""
+    tensors, g = make_inputs((2, 3), 20, 48, 5, device)
+    run_check(tensors, g, torch.float32, activation, save_preact=save_preact, what="few rows")
 
 
 @pytest.mark.parametrize("activation", ["gelu", "relu"])

@@ -31,7 +31,8 @@ cheap order (``[M, r]`` intermediates):
 dx is one GEMM against the merged weight ``W + s * B @ A``, formed once per backward (an
 ``[out, in]`` matrix, rounded once to the weight's dtype), instead of ``dpre @ W`` added onto
 the low-rank term ``d_xa @ A``: an ``[M, in]`` product written by one GEMM and read by the
-next. Rounding the merged weight costs about one more rounding of dx, as eager PEFT's two
+next. With fewer rows than outputs (M < out) the term is the smaller tensor, and dx is
+``dpre @ W`` with ``d_xa @ A`` added onto it. Rounding the merged weight costs about one more rounding of dx, as eager PEFT's two
 rounded products do: emulated in bf16 on a CPU (2048 x 1024 -> 1024, r = 16, B at 1e-3 and
 1e-1), dx's relative error against float64 was 2.3e-3 with the merged weight, 2.3-2.7e-3 for
 eager PEFT and 1.7e-3 for dx rounded once. With dropout the LoRA path's input is a
@@ -193,21 +194,29 @@ def _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, scale,
     def accumulate(name, a, b):  # grads[name] + a @ b, summed over the chunks in a fixed order
         grads[name] = a @ b if grads[name] is None else grads[name].addmm_(a, b)
 
-    def lora_terms(rows, dpre):  # dB, dA and dx_lora
+    # dx = dpre @ W + s * (dpre @ B) @ A = dpre @ (W + s * B @ A): one GEMM against the merged
+    # weight, formed once, where it is the smaller tensor ([out, in] against the [M, in] low-rank
+    # term of dx); with fewer rows than outputs, the term is added onto dx after its GEMM
+    lora_dx = needs_x and x_lora is None
+    merged = torch.addmm(weight, lora_b, lora_a, alpha=scale) if lora_dx and x.shape[0] >= weight.shape[0] else None
+    d_xa_rows = x.new_empty((x.shape[0], lora_a.shape[0])) if lora_dx and merged is None else None
+
+    def lora_terms(rows, dpre):  # dB, dA, dx_lora and (without the merged weight) dx's d_xa
         if needs_lb:
             accumulate("b", dpre.t(), xs[rows])
-        if needs_a or needs_xl:
+        if needs_a or needs_xl or d_xa_rows is not None:
             d_xa = dpre.new_empty((dpre.shape[0], lora_a.shape[0])).addmm_(dpre, lora_b, beta=0, alpha=scale)
             if needs_a:
                 accumulate("a", d_xa.t(), lora_input[rows])
             if needs_xl:
                 grads["x_lora"][rows] = d_xa @ lora_a
+            if d_xa_rows is not None:
+                d_xa_rows[rows] = d_xa
 
-    # dx = dpre @ W + s * (dpre @ B) @ A = dpre @ (W + s * B @ A): one GEMM against the merged
-    # weight, formed once (an [out, in] matrix instead of an [M, in] low-rank term of dx)
-    merged = torch.addmm(weight, lora_b, lora_a, alpha=scale) if needs_x and x_lora is None else None
     dx, dw, db = backward_formula(grad_y, x, weight, bias, saved, act, mode, (needs_x, needs_w, needs_b), traced,
                                   recompute_pre=recompute_pre, extra_terms=lora_terms, dgrad_weight=merged)
+    if d_xa_rows is not None:
+        dx = dx.addmm_(d_xa_rows, lora_a)
     return dx, dw, db, grads["a"], grads["b"], grads["x_lora"]
 
 
