@@ -13,29 +13,15 @@ import argparse
 import cProfile
 import io
 import pstats
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 
 import fusedmlp
-from fusedmlp.bench.harness import median_ms
+from fusedmlp.bench.harness import host_us_per_call, median_ms
 
 SCALE = 2.0
 
-
-def host_us_per_call(fn, calls=200, runs=5):
-    fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(samples)
 
 
 def main():

@@ -10,32 +10,19 @@ cache (kernels/launch.py); then the kernel times of one step from the PyTorch pr
 
 import argparse
 import contextlib
-import statistics
-import time
 
 import torch
 
 import fusedmlp
 import fusedmlp.kernels.launch as launch_mod
 import fusedmlp.ops.mlp as mlp_ops
+from fusedmlp.bench.harness import host_us_per_call
 
 
 def _no_grad(fn, *args):
     with torch.no_grad():  # as inside autograd's backward
         return fn(*args)
 
-
-def per_call_us(fn, calls=200, runs=5):
-    fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(samples)
 
 
 def main():
@@ -89,7 +76,7 @@ def main():
             for fast in (False, True):
                 launch_mod.FAST_LAUNCH = fast
                 with torch.no_grad() if name == "mlp() no grad" else contextlib.nullcontext():
-                    times.append(per_call_us(fn))
+                    times.append(host_us_per_call(fn))
             print(f"  {name:36s} {times[0]:8.1f} {times[1]:8.1f}")
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(10):

@@ -18,7 +18,6 @@ import argparse
 import contextlib
 import json
 import statistics
-import time
 
 import torch
 
@@ -27,7 +26,7 @@ import fusedmlp.kernels.launch as launch_mod
 import fusedmlp.ops.glu as glu_ops
 import fusedmlp.ops.linear_act as linear_ops
 import fusedmlp.ops.lora as lora_ops
-from fusedmlp.bench.harness import median_ms
+from fusedmlp.bench.harness import host_us_per_call, median_ms
 
 _MODULES = (glu_ops, linear_ops, lora_ops)
 
@@ -46,16 +45,6 @@ def variant(name):
             m.tma_eligible = f
         launch_mod.DIRECT_DESCRIPTORS = saved[1]
 
-
-def host_us_per_call(fn, calls=200):
-    fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / calls * 1e6
 
 
 def cases(dtype):
@@ -92,7 +81,7 @@ def main():
             for _ in range(args.rounds):
                 for name in names:
                     with variant(name):
-                        samples[name].append(host_us_per_call(fn))
+                        samples[name].append(host_us_per_call(fn, runs=1))
             for name in names:
                 with variant(name):
                     ms = median_ms(fn)

@@ -7,7 +7,9 @@ import importlib
 import datetime
 import json
 import platform
+import statistics
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -33,6 +35,22 @@ def median_ms(fn, warmup_ms: int = 100, rep_ms: int = 500) -> float:
     import triton.testing
 
     return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+
+
+def host_us_per_call(fn, calls: int = 200, runs: int = 5) -> float:
+    """Host microseconds per call of ``fn``: the median over ``runs`` of the wall time of
+    ``calls`` back-to-back calls with no sync between them (after one warm-up call). Where
+    a call's GPU work is shorter than its host work, this is the host's pace."""
+    fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(samples)
 
 
 def median_ms_each_after(setup, fn, warmup: int = 3, rep_ms: int = 500) -> float:
