@@ -87,12 +87,15 @@ def backward_peak_bytes(forward, leaves, g):
 @contextlib.contextmanager
 def forcing_tma_config(monkeypatch, ops, launcher, index, sms=3):
     """Hopper only (skips elsewhere): inside the block ``launcher`` runs its config ``index``,
-    untuned, and ``ops`` sizes persistent grids for ``sms`` SMs, so that every program walks
+    untuned, no ping-pong kernel replaces it, and ``ops`` sizes persistent grids for ``sms`` SMs, so that every program walks
     several tiles even on small test shapes."""
     import pytest
 
+    import fusedmlp.ops._common as common
+
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("the TMA path is for Hopper")
+    monkeypatch.setattr(common, "PINGPONG", False)  # forwards with a ping-pong form take the Triton one
     monkeypatch.setattr(ops, "num_sms", lambda t: sms)
     with launcher.forcing(launcher.configs[index]):
         yield

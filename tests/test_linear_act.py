@@ -110,6 +110,7 @@ def test_tma_kernels(device, monkeypatch, dtype, activation, save_preact):
     if device == "cuda":
         if dtype == torch.float32 or torch.cuda.get_device_capability()[0] < 9:
             pytest.skip("the TMA path is for 16-bit inputs on Hopper")
+        monkeypatch.setattr(fusedmlp.ops._common, "PINGPONG", False)  # the Triton kernel, not the ping-pong one
     else:
         monkeypatch.setattr(ops, "tma_eligible", lambda *tensors: True)
         monkeypatch.setattr(ops, "num_sms", lambda t: 3)  # fewer programs than tiles
@@ -136,6 +137,83 @@ def test_every_tma_config_on_gpu(monkeypatch, index):
                 run_check(tensors, g, torch.bfloat16, "gelu_tanh", save_preact, f"config {index}")
             except triton.runtime.errors.OutOfResources:
                 assert save_preact, "every config fits without the pre-activation tile"
+
+
+_COMPILE_PINGPONG = """
+import json, sys, torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.runtime.jit import mangle_type
+from fusedmlp.kernels.configs import LINEAR_PINGPONG_CONFIG as config
+from fusedmlp.kernels.linear_act import linear_act_fwd_pingpong_kernel as kernel
+
+base = torch.empty(256, 256, dtype=torch.bfloat16)
+def desc(rows, cols):
+    block = [config[rows], config[cols]]
+    layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
+    return mangle_type(TensorDescriptor.from_tensor(base, block, layout))
+results = {}
+for act in sys.argv[1:]:
+    signature = {"x_desc": desc("BLOCK_M", "BLOCK_K"), "w_desc": desc("BLOCK_N", "BLOCK_K"), "b_ptr": "*bf16",
+                 "y_desc": desc("BLOCK_M", "BLOCK_N"), "pre_desc": desc("BLOCK_M", "BLOCK_N"),
+                 "M": "i32", "N": "i32", "K": "i32"}
+    constants = {"ACT": act, "HAS_BIAS": True, "STORE_PRE": act in ("gelu", "silu", "relu"),
+                 **{k: v for k, v in config.items() if k in kernel.arg_names}}
+    signature.update(dict.fromkeys(constants, "constexpr"))
+    positions = {(kernel.arg_names.index(k),): v for k, v in constants.items()}
+    compiled = triton.compile(GluonASTSource(kernel, signature, constexprs=positions),
+                              target=GPUTarget("cuda", 90, 32),
+                              options={"num_warps": config["num_warps"], "maxnreg": config["maxnreg"]})
+    ptx = compiled.asm["ptx"]
+    results[act] = {"wgmma": "wgmma.mma_async" in ptx, "setmaxnreg": "setmaxnreg" in ptx,
+                    "shared": compiled.metadata.shared}
+print(json.dumps(results))
+"""
+
+
+def test_pingpong_kernel_compiles_for_hopper():
+    """The Gluon ping-pong forward compiles for sm_90a with the installed Triton for every
+    activation (Triton compiles for a named target without a GPU), with its wgmma main loop,
+    its register moves and within 227 KiB of shared memory: a Triton whose Gluon API moved
+    fails here before a GPU run would. In a child process: the interpreter this suite runs
+    under turns every @triton.jit function into one that compiled code cannot call."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", _COMPILE_PINGPONG, *ACTIVATIONS], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads(run.stdout.strip().splitlines()[-1])
+    assert sorted(results) == sorted(ACTIVATIONS)
+    for act, facts in results.items():
+        assert facts["wgmma"] and facts["setmaxnreg"], (act, facts)
+        assert facts["shared"] <= 227 * 1024, (act, facts)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_pingpong_forward_on_gpu(monkeypatch, dtype, activation):
+    """The ping-pong forward (compute capability 9.0): it runs, and output and gradients match
+    float64 with and without bias and pre-activation; on 3 SMs each program walks several
+    tiles (odd and even counts per consumer), with partial row, column and K tiles."""
+    import fusedmlp.ops.linear_act as ops
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the ping-pong kernel is for compute capability 9.0")
+    monkeypatch.setattr(ops, "num_sms", lambda t: 3)
+    calls = []
+    real = ops._launch_fwd_pingpong
+    monkeypatch.setattr(ops, "_launch_fwd_pingpong", lambda *args: calls.append(1) or real(*args))
+    for shape, bias, save_preact in [((1000,), True, False), ((3, 333), False, True), ((129,), True, True)]:
+        tensors, g = make_inputs(shape, 200, 392, "cuda", bias)
+        run_check(tensors, g, dtype, activation, save_preact, f"ping-pong {shape} bias={bias}")
+    assert calls, "the forward did not take the ping-pong kernel"
 
 
 @pytest.mark.gpu

@@ -192,6 +192,17 @@ MLP_DGRAD_CONFIGS = _configs(_MLP_DGRAD_TILES)
 # fp64 on GPU: no tensor cores and 8-byte elements; small tiles keep it out of local memory.
 FP64_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "BLOCK_C": 64, "SUB_M": 32, "GROUP_M": 8,
                "num_warps": 4, "num_stages": 2}
+# The ping-pong forward (kernels/pingpong.py), one config and never tuned: 128 x 128 tiles per
+# consumer warpgroup (a 128 x 128 fp32 accumulator is 128 registers a thread, as much as one
+# warpgroup can hold next to its epilogue), a 4-deep ring of 64-wide K steps (128 KiB) and one
+# output buffer per consumer (64 KiB). Registers: 168 a thread at launch for the 12 warps
+# (4 + 4 + the loader's group), moved to the consumers (232-256) from the loader (40).
+# On an H200 it beat 64 x 256 tiles (3 or 4 stages) and 5 stages at 4 of 5 shapes
+# (benchmarks/NOTES.md, "The ping-pong forward").
+LINEAR_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "STAGES": 4, "GROUP_M": 8,
+                          "CONSUMER_REGS": 232, "LOADER_REGS": 40, "num_warps": 4, "maxnreg": 168}
+
+
 # The interpreter's cost is per program: larger tiles, one config (the persistent kernels run
 # there when tests force them).
 INTERPRET_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "BLOCK_C": 32, "SUB_M": 32, "GROUP_M": 4,

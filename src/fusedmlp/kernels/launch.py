@@ -73,6 +73,22 @@ def as_descriptors(kwargs: dict) -> dict:
     return out
 
 
+def gluon_descriptors(kwargs: dict, blocks: dict) -> dict:
+    """``kwargs`` with each tensor passed to a ``*_desc`` parameter wrapped in a Gluon tensor
+    descriptor of block shape ``blocks[name]`` and the default swizzled layout for it."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
+
+    dtypes = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}
+    out = dict(kwargs)
+    for name, value in kwargs.items():
+        if name.endswith(DESCRIPTOR_SUFFIX) and isinstance(value, torch.Tensor):
+            block = list(blocks[name])
+            layout = gl.NVMMASharedLayout.get_default_for(block, dtypes[value.dtype])
+            out[name] = GluonDescriptor.from_tensor(value, block, layout)
+    return out
+
+
 def _hooks_installed() -> bool:
     """A launch hook is installed (Triton keeps them as chains of calls; older ones as a callable)."""
     knobs = getattr(triton, "knobs", None)
@@ -231,10 +247,16 @@ class FastLaunch:
         return compiled, meta
 
 
-def launch(kernel, grid, *args, **kwargs):
+def launch(kernel, grid, *args, descriptor_blocks=None, **kwargs):
     """``kernel[grid](*args, **kwargs)`` through the compiled-launch cache (one fixed config:
-    meta-parameters, num_warps and num_stages come in ``kwargs``)."""
+    meta-parameters, num_warps and num_stages come in ``kwargs``). A Gluon kernel names the
+    block shape of each ``*_desc`` argument in ``descriptor_blocks`` (its descriptors carry
+    their block shape and layout; Triton kernels' get theirs from a config's pre-hook)."""
     fast = kernel.__dict__.get("_fusedmlp_fast")
     if fast is None:
         fast = kernel._fusedmlp_fast = FastLaunch(kernel)
-    return fast.call(lambda: (kernel[grid](*args, **as_descriptors(kwargs)), {}), grid, args, kwargs)
+    if descriptor_blocks is None:
+        wrap = as_descriptors
+    else:
+        wrap = lambda named: gluon_descriptors(named, descriptor_blocks)  # noqa: E731
+    return fast.call(lambda: (kernel[grid](*args, **wrap(kwargs)), {}), grid, args, kwargs)

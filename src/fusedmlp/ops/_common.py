@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 import torch
 import triton
@@ -143,6 +144,17 @@ def tma_eligible(*tensors: torch.Tensor) -> bool:
         if t.data_ptr() % 16 or (t.stride(0) * t.element_size()) % 16:
             return False
     return True
+
+
+# Forwards on compute capability 9.0 run as Gluon ping-pong kernels (kernels/pingpong.py);
+# FUSEDMLP_PINGPONG=0 (read at import), or setting this to False, keeps the Triton kernels.
+PINGPONG = os.environ.get("FUSEDMLP_PINGPONG", "1") not in ("", "0")
+
+
+def pingpong_eligible(*tensors: torch.Tensor) -> bool:
+    """True when a forward over ``tensors`` may run as a ping-pong kernel: the TMA conditions
+    (``tma_eligible``) on a GPU of compute capability 9.0 (its wgmma and register moves)."""
+    return PINGPONG and tma_eligible(*tensors) and _device_properties(tensors[0])[0] == (9, 0)
 
 
 def persistent_grid(sms: int, m: int, n: int, block_m: str = "BLOCK_M", block_n: str = "BLOCK_N"):

@@ -43,14 +43,17 @@ from ..kernels.configs import (
     LINEAR_DGRAD_TMA_CONFIGS,
     LINEAR_DPRE_CONFIGS,
     LINEAR_DPRE_IN_PLACE_CONFIGS,
+    LINEAR_PINGPONG_CONFIG,
     LINEAR_TMA_CONFIGS,
     Launcher,
 )
+from ..kernels.launch import launch
 from ..kernels.linear_act import (
     linear_act_dgrad_kernel,
     linear_act_dgrad_tma_kernel,
     linear_act_dpre_kernel,
     linear_act_fwd_kernel,
+    linear_act_fwd_pingpong_kernel,
     linear_act_fwd_tma_kernel,
 )
 from ._common import (
@@ -62,6 +65,7 @@ from ._common import (
     dot_meta,
     num_sms,
     persistent_grid,
+    pingpong_eligible,
     reuse_saved_once,
     tma_eligible,
     use_triton,
@@ -110,7 +114,11 @@ def _launch_fwd(x, weight, bias, act, store_pre):
         return y, pre
     common = dict(M=m, N=n, K=k, M_KEY=autotune_m_key(m), ACT=act, HAS_BIAS=bias is not None, STORE_PRE=store_pre)
     b_ptr = bias if bias is not None else y
-    if tma_eligible(x, weight, y, *((pre,) if store_pre else ())):
+    outputs = (y, pre) if store_pre else (y,)
+    if pingpong_eligible(x, weight, *outputs):
+        _launch_fwd_pingpong(x, weight, b_ptr, y, pre if store_pre else y, common)
+        return y, pre
+    if tma_eligible(x, weight, *outputs):
         _fwd_tma_launcher.launch(
             persistent_grid(num_sms(x), m, n),
             x_desc=x, w_desc=weight, b_ptr=b_ptr, y_desc=y,
@@ -126,6 +134,19 @@ def _launch_fwd(x, weight, bias, act, store_pre):
         **common, **dot_meta(x.dtype), fp64=x.dtype == torch.float64,
     )
     return y, pre
+
+
+def _launch_fwd_pingpong(x, weight, b_ptr, y, pre, common):
+    config = dict(LINEAR_PINGPONG_CONFIG)
+    block_m, block_n, block_k = (config.pop(name) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    tiles = triton.cdiv(common["M"], block_m) * triton.cdiv(common["N"], block_n)
+    launch(
+        linear_act_fwd_pingpong_kernel, (min(num_sms(x), tiles),),
+        x_desc=x, w_desc=weight, b_ptr=b_ptr, y_desc=y, pre_desc=pre,
+        **{k: v for k, v in common.items() if k != "M_KEY"}, **config,
+        descriptor_blocks={"x_desc": (block_m, block_k), "w_desc": (block_n, block_k),
+                           "y_desc": (block_m, block_n), "pre_desc": (block_m, block_n)},
+    )
 
 
 def _launch_backward(g, a, weight, act, from_output, has_bias, store_dpre, compute_dx, dpre_out=None):

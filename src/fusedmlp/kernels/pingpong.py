@@ -1,0 +1,157 @@
+"""The Hopper warp-specialised ``x @ W.T`` main loop ("ping-pong"), written in Gluon.
+
+Why: a fused forward is a GEMM followed by an epilogue (bias, activation, stores). In the
+persistent Triton kernels (gemm.py) the same warps run both, so the tensor cores idle while a
+tile's epilogue runs: with a short K (d = 512, 1024) the epilogue is a large share of a tile,
+and the linear forward measured 1.4-1.5x the bare cuBLAS GEMM at 16384 x 512 -> 1792 (H200).
+Here each program (one per SM, persistent) splits into three groups of warps:
+
+- a loader (1 warp): walks the program's tiles in order and, for each K step, waits until a
+  stage of a ``STAGES``-deep ring in shared memory is free, then has the copy engine (TMA) fill
+  it with the ``[BLOCK_M, BLOCK_K]`` tile of x and the ``[BLOCK_N, BLOCK_K]`` tile of W;
+- two consumers (one warpgroup of 4 warps each, with most of the registers): consumer ``c``
+  takes the program's tiles ``c, c + 2, c + 4, ...``. It runs the tile's main loop on the
+  tensor cores (``warpgroup_mma`` from the ring stages, releasing each stage as the next MMA is
+  issued), then its own epilogue, which overlaps the other consumer's main loop.
+
+The consumers' main loops take turns (``turn`` barriers): consumer c starts a main loop once
+the other has issued its last MMA. Besides keeping the tensor cores to one tile at a time, this
+is what makes the ring's barriers exact: a wait on an mbarrier names the parity of the phase
+it waits for, which only identifies the phase when the waiter is at most one phase ahead; a
+consumer that ran ahead into its next tile while the other still had stages to read could be
+two phases ahead of a stage and would pass its wait on the old phase.
+
+Ring slot and phase of a K step follow from one running count per program (tile ``i`` of the
+program owns counts ``i * k_tiles ... (i + 1) * k_tiles - 1``), which the loader and both
+consumers compute alike. Edge tiles need no masks: TMA reads zeros out of bounds and clips
+stores. Tile order is ``grouped_tile``'s (gemm.py), as in every other kernel here.
+
+The epilogue is the caller's: a kernel passes ``pingpong_tile`` a consumer function; see
+``linear_act_fwd_pingpong_kernel`` in linear_act.py. Only for CUDA GPUs of compute capability
+9.0 and 16-bit inputs (ops/_common.py ``pingpong_eligible``); the interpreter and other GPUs
+keep the Triton kernels.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from .gemm import grouped_tile
+
+# Triton 3.6 names the TMA copies async_copy_global_to_shared / async_copy_shared_to_global;
+# later versions async_load / async_store (same arguments) and make the old names raise.
+_tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
+_tma_store = tma.async_store if hasattr(tma, "async_store") else tma.async_copy_shared_to_global
+
+
+@gluon.jit
+def program_tiles(M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """How many output tiles this program owns (tiles ``program_id + i * num_programs``)."""
+    num_tiles = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N)
+    return gl.cdiv(num_tiles - gl.program_id(0), gl.num_programs(0))
+
+
+@gluon.jit
+def tile_start(local_index, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
+    """(first row, first column) of the program's ``local_index``-th tile."""
+    tile_id = gl.program_id(0) + local_index * gl.num_programs(0)
+    tile_m, tile_n = grouped_tile(tile_id, gl.cdiv(M, BLOCK_M), gl.cdiv(N, BLOCK_N), GROUP_M)
+    return tile_m * BLOCK_M, tile_n * BLOCK_N
+
+
+@gluon.jit
+def pingpong_loader(x_desc, w_desc, a_bufs, b_bufs, ready, empty, M, N, K,
+                    GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+    """Loader partition: fills ring stages with x and W tiles, in the consumers' order."""
+    BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    count = 0
+    for i in range(program_tiles(M, N, BLOCK_M, BLOCK_N)):
+        row_start, col_start = tile_start(i, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        for kk in range(k_tiles):
+            stage = count % STAGES
+            # a fresh barrier counts as having completed the phase before its first: the
+            # first pass over the ring does not wait
+            mbarrier.wait(empty.index(stage), ((count // STAGES) & 1) ^ 1)
+            bar = ready.index(stage)
+            mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes)
+            _tma_load(x_desc, [row_start, kk * BLOCK_K], bar, a_bufs.index(stage))
+            _tma_load(w_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage))
+            count += 1
+
+
+@gluon.jit
+def pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, local_index, k_tiles,
+                      CONSUMER: gl.constexpr, STAGES: gl.constexpr, acc_layout: gl.constexpr):
+    """acc = x_tile @ W_tile.T for the program's ``local_index``-th tile (consumer ``CONSUMER``).
+
+    Waits for this consumer's turn, issues one MMA per ring stage keeping one in flight (the
+    stage of the MMA before is released as soon as that MMA is done), hands the turn to the
+    other consumer after its last MMA and returns the finished fp32 accumulator.
+    """
+    BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
+    BLOCK_N: gl.constexpr = b_bufs.type.shape[1]
+    # consumer 0's first wait passes on the fresh barrier; consumer 1's waits for consumer 0
+    mbarrier.wait(turn.index(CONSUMER), ((local_index // 2) & 1) ^ (1 - CONSUMER))
+    acc = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=acc_layout)
+    count = local_index * k_tiles
+    prev_stage = 0
+    for kk in range(k_tiles):
+        stage = count % STAGES
+        mbarrier.wait(ready.index(stage), (count // STAGES) & 1)
+        acc = warpgroup_mma(a_bufs.index(stage), b_bufs.index(stage).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+        mbarrier.arrive(empty.index(prev_stage), count=1, pred=kk > 0)
+        prev_stage = stage
+        count += 1
+    mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    mbarrier.arrive(empty.index(prev_stage), count=1)
+    return acc
+
+
+@gluon.jit
+def tma_store_tile(desc, buf, value, row_start, col_start):
+    """Store ``value`` to ``desc`` at (row_start, col_start) through the shared buffer ``buf``.
+
+    Waits for this warpgroup's previous store out of ``buf`` first, so that store ran during
+    the main loop in between.
+    """
+    tma.store_wait(0)
+    buf.store(value.to(desc.dtype))
+    fence_async_shared()
+    _tma_store(desc, [row_start, col_start], buf)
+
+
+@gluon.jit
+def pingpong_setup(x_desc, w_desc, out_desc, STAGES: gl.constexpr):
+    """Shared memory of a ping-pong kernel: the ring, one output buffer per consumer (of
+    ``out_desc``'s dtype and layout), barriers."""
+    BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    a_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
+    b_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    c_bufs = gl.allocate_shared_memory(out_desc.dtype, [2, BLOCK_M, BLOCK_N], out_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for stage in gl.static_range(STAGES):
+        mbarrier.init(ready.index(stage), count=1)
+        mbarrier.init(empty.index(stage), count=1)
+    mbarrier.init(turn.index(0), count=1)
+    mbarrier.init(turn.index(1), count=1)
+    return a_bufs, b_bufs, c_bufs, ready, empty, turn
+
+
+@gluon.constexpr_function
+def accumulator_layout(block_n):
+    """The wgmma accumulator layout of one warpgroup's [BLOCK_M, BLOCK_N] fp32 tile."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, block_n, 16])
