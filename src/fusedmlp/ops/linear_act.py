@@ -3,7 +3,8 @@
     fusedmlp.linear_act(x, weight, bias=None, activation="gelu_tanh", save_preact=False)
         y = act(x @ weight.T + bias)
 
-Forward: one kernel (GEMM + bias + activation on the tile). Backward (kernels/linear_act.py):
+Forward: one kernel (GEMM + bias + activation on the tile; on compute capability 9.0 with
+16-bit data the Gluon ping-pong kernel, kernels/pingpong.py). Backward (kernels/linear_act.py):
 one streaming kernel forms ``dpre = g * act'(pre)`` and the per-row-block db partials (reduced
 in a fixed order: deterministic), then ``dx = dpre @ W`` and ``dW = dpre.T @ x`` run on cuBLAS.
 The identity has no stream: dpre is g itself and db its column sum (PyTorch's, deterministic).
