@@ -136,3 +136,67 @@ print(json.dumps(errors))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+_COMPILE_PINGPONG = """
+import json, sys, torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.runtime.jit import mangle_type
+import fusedmlp.kernels.configs as configs
+
+module, kernel_name, config_name, *activations = sys.argv[1:]
+kernel = getattr(__import__("fusedmlp.kernels." + module, fromlist=[kernel_name]), kernel_name)
+config = getattr(configs, config_name)
+base = torch.empty(256, 256, dtype=torch.bfloat16)
+def desc(name):
+    rows, cols = (("BLOCK_M", "BLOCK_K") if name == "x_desc" else ("BLOCK_N", "BLOCK_K") if name.startswith("w")
+                  else ("BLOCK_M", "BLOCK_N"))
+    block = [config[rows], config[cols]]
+    layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
+    return mangle_type(TensorDescriptor.from_tensor(base, block, layout))
+results = {}
+for i, act in enumerate(activations):
+    signature, constants = {}, {}
+    for p in kernel.params:
+        if p.is_constexpr:
+            constants[p.name] = (act if p.name == "ACT" else config[p.name] if p.name in config
+                                 else bool(i % 2) if p.name.startswith("STORE_") else True)
+            signature[p.name] = "constexpr"
+        else:
+            signature[p.name] = (desc(p.name) if p.name.endswith("_desc") else "*bf16" if p.name.endswith("_ptr")
+                                 else "i32")
+    positions = {(kernel.arg_names.index(k),): v for k, v in constants.items()}
+    compiled = triton.compile(GluonASTSource(kernel, signature, constexprs=positions),
+                              target=GPUTarget("cuda", 90, 32),
+                              options={"num_warps": config["num_warps"], "maxnreg": config["maxnreg"]})
+    ptx = compiled.asm["ptx"]
+    results[act] = {"wgmma": "wgmma.mma_async" in ptx, "setmaxnreg": "setmaxnreg" in ptx,
+                    "shared": compiled.metadata.shared}
+print(json.dumps(results))
+"""
+
+
+def compile_pingpong_for_hopper(module: str, kernel: str, config: str, activations):
+    """Compile the Gluon ping-pong kernel ``kernels/<module>.py:<kernel>`` with its config for
+    sm_90a with the installed Triton (Triton compiles for a named target without a GPU), one
+    activation at a time (the store flags alternate), and assert each has its wgmma main loop,
+    its register moves and at most 227 KiB of shared memory: a Triton whose Gluon API moved
+    fails here before a GPU run would. In a child process: the interpreter the suite runs
+    under turns every @triton.jit function into one that compiled code cannot call."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", _COMPILE_PINGPONG, module, kernel, config, *activations], env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads(run.stdout.strip().splitlines()[-1])
+    assert sorted(results) == sorted(activations)
+    for act, facts in results.items():
+        assert facts["wgmma"] and facts["setmaxnreg"], (act, facts)
+        assert facts["shared"] <= 227 * 1024, (act, facts)

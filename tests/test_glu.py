@@ -7,8 +7,8 @@ import sys
 import pytest
 import torch
 from helpers import (
-    TOLERANCE, assert_close, backward_peak_bytes, check_backward_twice, first_store_backward_errors, forcing_tma_config,
-    rel_err,
+    TOLERANCE, assert_close, backward_peak_bytes, check_backward_twice, compile_pingpong_for_hopper,
+    first_store_backward_errors, forcing_tma_config, rel_err,
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -367,6 +367,7 @@ def test_tma_kernels(device, monkeypatch, dtype, recompute, bias):
     if device == "cuda":
         if dtype == torch.float32 or torch.cuda.get_device_capability()[0] < 9:
             pytest.skip("the TMA path is for 16-bit inputs on Hopper")
+        monkeypatch.setattr(fusedmlp.ops._common, "PINGPONG", False)  # the Triton forward, not the ping-pong one
     else:
         monkeypatch.setattr(glu_ops, "tma_eligible", lambda *tensors: True)
         monkeypatch.setattr(glu_ops, "num_sms", lambda t: 3)  # fewer programs than tiles
@@ -376,6 +377,35 @@ def test_tma_kernels(device, monkeypatch, dtype, recompute, bias):
     if device == "cuda":
         assert glu_ops.tma_eligible(cast(x64), cast(w64)[:out], cast(w64)[out:], cast(g64))
     check_against_reference(cast(x64), cast(w64), cast(b64), cast(g64), x64, w64, b64, g64, recompute, "tma")
+
+
+def test_pingpong_kernel_compiles_for_hopper():
+    """The Gluon ping-pong GLU forward compiles for sm_90a with the installed Triton (GEGLU's
+    and SwiGLU's activations, h stored and not)."""
+    compile_pingpong_for_hopper("glu", "glu_fwd_pingpong_kernel", "GLU_PINGPONG_CONFIG", ["gelu_tanh", "silu"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "store"])
+def test_pingpong_forward_on_gpu(monkeypatch, dtype, recompute):
+    """The ping-pong GLU forward (compute capability 9.0): it runs, and output and gradients
+    match float64 in both memory modes (the store mode's h comes from it), with and without
+    bias; on 3 SMs each program walks several tiles, with partial row, column and K tiles."""
+    import fusedmlp.ops.glu as glu_ops
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the ping-pong kernel is for compute capability 9.0")
+    monkeypatch.setattr(glu_ops, "num_sms", lambda t: 3)
+    calls = []
+    real = glu_ops.launch_pingpong
+    monkeypatch.setattr(glu_ops, "launch_pingpong", lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
+    cast = lambda t: None if t is None else t.to(dtype)  # noqa: E731
+    for shape, bias in [((1000,), True), ((3, 111), False)]:
+        x64, w64, b64, g64 = make_inputs(shape, 200, 392, dtype, "cuda", bias)
+        check_against_reference(cast(x64), cast(w64), cast(b64), cast(g64), x64, w64, b64, g64, recompute,
+                                f"ping-pong {shape} bias={bias}")
+    assert calls, "the forward did not take the ping-pong kernel"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

@@ -4,7 +4,7 @@ import pytest
 import torch
 from helpers import (
     TOLERANCE, assert_close, backward_peak_bytes, check_against_float64, check_backward_twice,
-    first_store_backward_errors, forcing_tma_config, rel_err,
+    compile_pingpong_for_hopper, first_store_backward_errors, forcing_tma_config, rel_err,
 )
 from torch import nn
 
@@ -139,60 +139,10 @@ def test_every_tma_config_on_gpu(monkeypatch, index):
                 assert save_preact, "every config fits without the pre-activation tile"
 
 
-_COMPILE_PINGPONG = """
-import json, sys, torch, triton
-from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon import language as gl
-from triton.experimental.gluon._runtime import GluonASTSource
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-from triton.runtime.jit import mangle_type
-from fusedmlp.kernels.configs import LINEAR_PINGPONG_CONFIG as config
-from fusedmlp.kernels.linear_act import linear_act_fwd_pingpong_kernel as kernel
-
-base = torch.empty(256, 256, dtype=torch.bfloat16)
-def desc(rows, cols):
-    block = [config[rows], config[cols]]
-    layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
-    return mangle_type(TensorDescriptor.from_tensor(base, block, layout))
-results = {}
-for act in sys.argv[1:]:
-    signature = {"x_desc": desc("BLOCK_M", "BLOCK_K"), "w_desc": desc("BLOCK_N", "BLOCK_K"), "b_ptr": "*bf16",
-                 "y_desc": desc("BLOCK_M", "BLOCK_N"), "pre_desc": desc("BLOCK_M", "BLOCK_N"),
-                 "M": "i32", "N": "i32", "K": "i32"}
-    constants = {"ACT": act, "HAS_BIAS": True, "STORE_PRE": act in ("gelu", "silu", "relu"),
-                 **{k: v for k, v in config.items() if k in kernel.arg_names}}
-    signature.update(dict.fromkeys(constants, "constexpr"))
-    positions = {(kernel.arg_names.index(k),): v for k, v in constants.items()}
-    compiled = triton.compile(GluonASTSource(kernel, signature, constexprs=positions),
-                              target=GPUTarget("cuda", 90, 32),
-                              options={"num_warps": config["num_warps"], "maxnreg": config["maxnreg"]})
-    ptx = compiled.asm["ptx"]
-    results[act] = {"wgmma": "wgmma.mma_async" in ptx, "setmaxnreg": "setmaxnreg" in ptx,
-                    "shared": compiled.metadata.shared}
-print(json.dumps(results))
-"""
-
-
 def test_pingpong_kernel_compiles_for_hopper():
-    """The Gluon ping-pong forward compiles for sm_90a with the installed Triton for every
-    activation (Triton compiles for a named target without a GPU), with its wgmma main loop,
-    its register moves and within 227 KiB of shared memory: a Triton whose Gluon API moved
-    fails here before a GPU run would. In a child process: the interpreter this suite runs
-    under turns every @triton.jit function into one that compiled code cannot call."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", _COMPILE_PINGPONG, *ACTIVATIONS], env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    results = json.loads(run.stdout.strip().splitlines()[-1])
-    assert sorted(results) == sorted(ACTIVATIONS)
-    for act, facts in results.items():
-        assert facts["wgmma"] and facts["setmaxnreg"], (act, facts)
-        assert facts["shared"] <= 227 * 1024, (act, facts)
+    """The Gluon ping-pong forward compiles for sm_90a with the installed Triton, for every
+    activation (tests/helpers.py ``compile_pingpong_for_hopper``)."""
+    compile_pingpong_for_hopper("linear_act", "linear_act_fwd_pingpong_kernel", "LINEAR_PINGPONG_CONFIG", ACTIVATIONS)
 
 
 @pytest.mark.gpu

@@ -201,6 +201,12 @@ FP64_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "BLOCK_C": 64, "SUB_
 # (benchmarks/NOTES.md, "The ping-pong forward").
 LINEAR_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "STAGES": 4, "GROUP_M": 8,
                           "CONSUMER_REGS": 232, "LOADER_REGS": 40, "num_warps": 4, "maxnreg": 168}
+# The GLU forward's consumers hold two accumulators (x1 and x2): 128 x 64 tiles each (the
+# same 128 registers a thread), a ring stage of x [128, 64] and two weight tiles [64, 64],
+# 5 stages. On an H200 it beat 64 x 128 tiles (3 or 4 stages) and 4 stages at 3 of 4 shapes
+# (benchmarks/NOTES.md, "The ping-pong forward").
+GLU_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "STAGES": 5, "GROUP_M": 8,
+                       "CONSUMER_REGS": 232, "LOADER_REGS": 40, "num_warps": 4, "maxnreg": 168}
 
 
 # The interpreter's cost is per program: larger tiles, one config (the persistent kernels run

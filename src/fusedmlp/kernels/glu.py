@@ -29,16 +29,30 @@ and h, and ``glu_bwd_stream_kernel`` does it, in place when the caller allows.
 The kernels come in two forms with one epilogue: pointer-based (any strides; the
 interpreter, fp32/fp64 and pre-Hopper GPUs; one program per tile) and ``*_tma`` (tensor
 descriptors for aligned 16-bit inputs on Hopper; persistent: PROGRAMS_PER_SM programs per SM walk the
-tiles in grouped order, so no wave of programs is left partly empty). The TMA forms take
+tiles in grouped order, so no wave of programs is left partly empty); on compute capability
+9.0 the forward runs as ``glu_fwd_pingpong_kernel`` (Gluon, pingpong.py). The TMA forms take
 each weight half, and h and dh, as separate descriptors, so that a tile crossing OUT is
 clipped by the copy engine instead of spilling into the other half.
 """
 
 import triton
 import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import tma
 
 from .activations import activation, activation_value_and_grad
 from .gemm import persistent_tile, stream_row_block, tile_indices, xwT_mainloop, xwT_mainloop_tma
+from .pingpong import (
+    accumulator_layout,
+    pingpong_loader,
+    pingpong_mainloop,
+    pingpong_setup,
+    program_tiles,
+    tile_bias,
+    tile_start,
+    tma_store_tile,
+)
 
 
 @triton.jit
@@ -253,6 +267,60 @@ def glu_fwd_tma_kernel(
             h2_desc.store([row_start, col_start], x2.to(h2_desc.dtype))
         y = x1 * activation(x2, ACT)
         y_desc.store([row_start, col_start], y.to(y_desc.dtype))
+
+
+@gluon.jit
+def _glu_consumer(
+    w1_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, b2_bufs, c_bufs, ready, empty, turn,
+    M, OUT, K,
+    CONSUMER: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, STORE_H: gl.constexpr,
+    GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+):
+    """One consumer warpgroup of ``glu_fwd_pingpong_kernel``: the x1 and x2 main loop, then
+    bias, gating and stores of every second tile of the program."""
+    BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
+    BLOCK_K: gl.constexpr = a_bufs.type.shape[2]
+    BLOCK_N: gl.constexpr = w1_desc.block_type.shape[0]
+    acc_layout: gl.constexpr = accumulator_layout(BLOCK_N)
+    c_buf = c_bufs.index(CONSUMER)
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    for i in range(CONSUMER, program_tiles(M, OUT, BLOCK_M, BLOCK_N), 2):
+        row_start, col_start = tile_start(i, M, OUT, BLOCK_M, BLOCK_N, GROUP_M)
+        if HAS_BIAS:
+            bias1 = tile_bias(b1_ptr, col_start, OUT, BLOCK_N, acc_layout)
+            bias2 = tile_bias(b2_ptr, col_start, OUT, BLOCK_N, acc_layout)
+        x1, x2 = pingpong_mainloop(a_bufs, b_bufs, b2_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES,
+                                   True, acc_layout)
+        if HAS_BIAS:
+            x1 = x1 + bias1
+            x2 = x2 + bias2
+        if STORE_H:  # one shared buffer per consumer: x1, x2, then y
+            tma_store_tile(h1_desc, c_buf, x1, row_start, col_start)
+            tma_store_tile(h2_desc, c_buf, x2, row_start, col_start)
+        tma_store_tile(y_desc, c_buf, x1 * activation(x2, ACT), row_start, col_start)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def glu_fwd_pingpong_kernel(
+    x_desc, w1_desc, w2_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc,
+    M, OUT, K,
+    ACT: gl.constexpr, HAS_BIAS: gl.constexpr, STORE_H: gl.constexpr,
+    GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: GLU_PINGPONG_CONFIG
+):
+    """``glu_fwd_tma_kernel`` as a warp-specialised ping-pong kernel (pingpong.py): each ring
+    stage holds the x tile and the W1 and W2 tiles, each consumer two accumulators; block
+    shapes come from the descriptors; 16-bit data."""
+    a_bufs, b_bufs, b2_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w1_desc, y_desc, STAGES, True)
+    gl.warp_specialize([
+        (_glu_consumer, (w1_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, b2_bufs, c_bufs,
+                         ready, empty, turn, M, OUT, K, 0, ACT, HAS_BIAS, STORE_H, GROUP_M, STAGES)),
+        (_glu_consumer, (w1_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, b2_bufs, c_bufs,
+                         ready, empty, turn, M, OUT, K, 1, ACT, HAS_BIAS, STORE_H, GROUP_M, STAGES)),
+        (pingpong_loader, (x_desc, w1_desc, w2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, OUT, K, GROUP_M,
+                           STAGES, True)),
+    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
 @triton.jit

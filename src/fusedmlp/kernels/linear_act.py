@@ -48,6 +48,7 @@ from .pingpong import (
     pingpong_mainloop,
     pingpong_setup,
     program_tiles,
+    tile_bias,
     tile_start,
     tma_store_tile,
 )
@@ -111,7 +112,7 @@ def linear_act_fwd_tma_kernel(
 
 @gluon.jit
 def _linear_act_consumer(
-    w_desc, b_ptr, y_desc, pre_desc, a_bufs, b_bufs, c_bufs, ready, empty, turn, M, N, K,
+    w_desc, b_ptr, y_desc, pre_desc, a_bufs, b_bufs, b2_bufs, c_bufs, ready, empty, turn, M, N, K,
     CONSUMER: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, STORE_PRE: gl.constexpr,
     GROUP_M: gl.constexpr, STAGES: gl.constexpr,
 ):
@@ -125,12 +126,12 @@ def _linear_act_consumer(
     k_tiles = gl.cdiv(K, BLOCK_K)
     for i in range(CONSUMER, program_tiles(M, N, BLOCK_M, BLOCK_N), 2):
         row_start, col_start = tile_start(i, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        if HAS_BIAS:  # loaded before the main loop, which hides its latency
-            cols = col_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
-            bias = gl.load(b_ptr + cols, mask=cols < N, other=0.0)
-        pre = pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, acc_layout)
         if HAS_BIAS:
-            pre = pre + bias.to(gl.float32)[None, :]
+            bias = tile_bias(b_ptr, col_start, N, BLOCK_N, acc_layout)
+        pre, _ = pingpong_mainloop(a_bufs, b_bufs, b2_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, False,
+                                   acc_layout)
+        if HAS_BIAS:
+            pre = pre + bias
         if STORE_PRE:  # one shared buffer per consumer: pre first, then y
             tma_store_tile(pre_desc, c_buf, pre, row_start, col_start)
         tma_store_tile(y_desc, c_buf, activation(pre, ACT), row_start, col_start)
@@ -148,13 +149,14 @@ def linear_act_fwd_pingpong_kernel(
     """``linear_act_fwd_kernel`` as a warp-specialised ping-pong kernel (pingpong.py), one
     program per SM: two consumer warpgroups alternate tiles, each one's epilogue running
     during the other's main loop. Block shapes come from the descriptors; 16-bit data."""
-    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w_desc, y_desc, STAGES)
+    a_bufs, b_bufs, b2_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w_desc, y_desc, STAGES, False)
     gl.warp_specialize([
-        (_linear_act_consumer, (w_desc, b_ptr, y_desc, pre_desc, a_bufs, b_bufs, c_bufs, ready, empty, turn,
-                                M, N, K, 0, ACT, HAS_BIAS, STORE_PRE, GROUP_M, STAGES)),
-        (_linear_act_consumer, (w_desc, b_ptr, y_desc, pre_desc, a_bufs, b_bufs, c_bufs, ready, empty, turn,
-                                M, N, K, 1, ACT, HAS_BIAS, STORE_PRE, GROUP_M, STAGES)),
-        (pingpong_loader, (x_desc, w_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, STAGES)),
+        (_linear_act_consumer, (w_desc, b_ptr, y_desc, pre_desc, a_bufs, b_bufs, b2_bufs, c_bufs, ready, empty,
+                                turn, M, N, K, 0, ACT, HAS_BIAS, STORE_PRE, GROUP_M, STAGES)),
+        (_linear_act_consumer, (w_desc, b_ptr, y_desc, pre_desc, a_bufs, b_bufs, b2_bufs, c_bufs, ready, empty,
+                                turn, M, N, K, 1, ACT, HAS_BIAS, STORE_PRE, GROUP_M, STAGES)),
+        (pingpong_loader, (x_desc, w_desc, w_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K, GROUP_M, STAGES,
+                           False)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 

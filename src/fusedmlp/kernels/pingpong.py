@@ -26,8 +26,10 @@ program owns counts ``i * k_tiles ... (i + 1) * k_tiles - 1``), which the loader
 consumers compute alike. Edge tiles need no masks: TMA reads zeros out of bounds and clips
 stores. Tile order is ``grouped_tile``'s (gemm.py), as in every other kernel here.
 
-The epilogue is the caller's: a kernel passes ``pingpong_tile`` a consumer function; see
-``linear_act_fwd_pingpong_kernel`` in linear_act.py. Only for CUDA GPUs of compute capability
+With ``PAIRED`` each stage also holds a tile of a second weight and the main loop fills a
+second accumulator from the same x tile (a GLU's x1 and x2). The epilogue is the caller's: a
+kernel writes its consumer around ``pingpong_mainloop`` and ``tma_store_tile``; see
+``linear_act_fwd_pingpong_kernel`` (linear_act.py) and ``glu_fwd_pingpong_kernel`` (glu.py). Only for CUDA GPUs of compute capability
 9.0 and 16-bit inputs (ops/_common.py ``pingpong_eligible``); the interpreter and other GPUs
 keep the Triton kernels.
 """
@@ -66,12 +68,14 @@ def tile_start(local_index, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, 
 
 
 @gluon.jit
-def pingpong_loader(x_desc, w_desc, a_bufs, b_bufs, ready, empty, M, N, K,
-                    GROUP_M: gl.constexpr, STAGES: gl.constexpr):
-    """Loader partition: fills ring stages with x and W tiles, in the consumers' order."""
+def pingpong_loader(x_desc, w_desc, w2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
+                    GROUP_M: gl.constexpr, STAGES: gl.constexpr, PAIRED: gl.constexpr):
+    """Loader partition: fills ring stages with x and W tiles (and W2's, if PAIRED), in the
+    consumers' order."""
     BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    stage_bytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes * (2 if PAIRED else 1)
     k_tiles = gl.cdiv(K, BLOCK_K)
     count = 0
     for i in range(program_tiles(M, N, BLOCK_M, BLOCK_N)):
@@ -82,40 +86,62 @@ def pingpong_loader(x_desc, w_desc, a_bufs, b_bufs, ready, empty, M, N, K,
             # first pass over the ring does not wait
             mbarrier.wait(empty.index(stage), ((count // STAGES) & 1) ^ 1)
             bar = ready.index(stage)
-            mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes)
+            mbarrier.expect(bar, stage_bytes)
             _tma_load(x_desc, [row_start, kk * BLOCK_K], bar, a_bufs.index(stage))
             _tma_load(w_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage))
+            if PAIRED:
+                _tma_load(w2_desc, [col_start, kk * BLOCK_K], bar, b2_bufs.index(stage))
             count += 1
 
 
 @gluon.jit
-def pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, local_index, k_tiles,
-                      CONSUMER: gl.constexpr, STAGES: gl.constexpr, acc_layout: gl.constexpr):
-    """acc = x_tile @ W_tile.T for the program's ``local_index``-th tile (consumer ``CONSUMER``).
+def pingpong_mainloop(a_bufs, b_bufs, b2_bufs, ready, empty, turn, local_index, k_tiles,
+                      CONSUMER: gl.constexpr, STAGES: gl.constexpr, PAIRED: gl.constexpr,
+                      acc_layout: gl.constexpr):
+    """(acc, acc2) = (x_tile @ W_tile.T, x_tile @ W2_tile.T if PAIRED) for the program's
+    ``local_index``-th tile (consumer ``CONSUMER``).
 
-    Waits for this consumer's turn, issues one MMA per ring stage keeping one in flight (the
-    stage of the MMA before is released as soon as that MMA is done), hands the turn to the
-    other consumer after its last MMA and returns the finished fp32 accumulator.
+    Waits for this consumer's turn, issues the MMAs of one ring stage at a time keeping one
+    stage's in flight (the stage before is released as soon as its MMAs are done), hands the
+    turn to the other consumer after its last MMA and returns the finished fp32 accumulators
+    (``acc2`` unused without PAIRED).
     """
     BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
     BLOCK_N: gl.constexpr = b_bufs.type.shape[1]
     # consumer 0's first wait passes on the fresh barrier; consumer 1's waits for consumer 0
     mbarrier.wait(turn.index(CONSUMER), ((local_index // 2) & 1) ^ (1 - CONSUMER))
     acc = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=acc_layout)
+    acc2 = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=acc_layout)
     count = local_index * k_tiles
     prev_stage = 0
     for kk in range(k_tiles):
         stage = count % STAGES
         mbarrier.wait(ready.index(stage), (count // STAGES) & 1)
-        acc = warpgroup_mma(a_bufs.index(stage), b_bufs.index(stage).permute((1, 0)), acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+        a_tile = a_bufs.index(stage)
+        acc = warpgroup_mma(a_tile, b_bufs.index(stage).permute((1, 0)), acc, is_async=True)
+        if PAIRED:
+            acc2 = warpgroup_mma(a_tile, b2_bufs.index(stage).permute((1, 0)), acc2, is_async=True)
+            acc, acc2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc2))
+        else:
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
         mbarrier.arrive(empty.index(prev_stage), count=1, pred=kk > 0)
         prev_stage = stage
         count += 1
     mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    if PAIRED:
+        acc, acc2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc2))
+    else:
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     mbarrier.arrive(empty.index(prev_stage), count=1)
-    return acc
+    return acc, acc2
+
+
+@gluon.jit
+def tile_bias(b_ptr, col_start, N, BLOCK_N: gl.constexpr, acc_layout: gl.constexpr):
+    """The bias of a tile's columns as an fp32 row in the accumulator's layout (zeros past N).
+    Consumers load it before the tile's main loop, which hides its latency."""
+    cols = col_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
+    return gl.load(b_ptr + cols, mask=cols < N, other=0.0).to(gl.float32)[None, :]
 
 
 @gluon.jit
@@ -132,13 +158,17 @@ def tma_store_tile(desc, buf, value, row_start, col_start):
 
 
 @gluon.jit
-def pingpong_setup(x_desc, w_desc, out_desc, STAGES: gl.constexpr):
-    """Shared memory of a ping-pong kernel: the ring, one output buffer per consumer (of
-    ``out_desc``'s dtype and layout), barriers."""
+def pingpong_setup(x_desc, w_desc, out_desc, STAGES: gl.constexpr, PAIRED: gl.constexpr):
+    """Shared memory of a ping-pong kernel: the ring (a second weight's tiles if PAIRED), one
+    output buffer per consumer (of ``out_desc``'s dtype and layout), barriers."""
     BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
     a_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
     b_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    if PAIRED:
+        b2_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    else:
+        b2_bufs = b_bufs  # never read
     c_bufs = gl.allocate_shared_memory(out_desc.dtype, [2, BLOCK_M, BLOCK_N], out_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -148,7 +178,7 @@ def pingpong_setup(x_desc, w_desc, out_desc, STAGES: gl.constexpr):
         mbarrier.init(empty.index(stage), count=1)
     mbarrier.init(turn.index(0), count=1)
     mbarrier.init(turn.index(1), count=1)
-    return a_bufs, b_bufs, c_bufs, ready, empty, turn
+    return a_bufs, b_bufs, b2_bufs, c_bufs, ready, empty, turn
 
 
 @gluon.constexpr_function

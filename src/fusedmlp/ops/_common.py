@@ -11,6 +11,7 @@ import triton
 import triton.language as tl
 
 from ..kernels.configs import INTERPRET
+from ..kernels.launch import launch
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -155,6 +156,20 @@ def pingpong_eligible(*tensors: torch.Tensor) -> bool:
     """True when a forward over ``tensors`` may run as a ping-pong kernel: the TMA conditions
     (``tma_eligible``) on a GPU of compute capability 9.0 (its wgmma and register moves)."""
     return PINGPONG and tma_eligible(*tensors) and _device_properties(tensors[0])[0] == (9, 0)
+
+
+def launch_pingpong(kernel, config: dict, m: int, n: int, sms: int, x_descs: dict, w_descs: dict,
+                    out_descs: dict, **kwargs):
+    """Launch a ping-pong kernel (kernels/pingpong.py) over an [m, n] output, one program per SM
+    (at most one per tile). ``config`` holds its block sizes and meta-parameters; the
+    descriptor arguments are plain tensors, grouped by block shape: tiles of x ``[BLOCK_M,
+    BLOCK_K]``, of the weights ``[BLOCK_N, BLOCK_K]`` and of the outputs ``[BLOCK_M, BLOCK_N]``."""
+    meta = dict(config)
+    block_m, block_n, block_k = (meta.pop(name) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    blocks = {**dict.fromkeys(x_descs, (block_m, block_k)), **dict.fromkeys(w_descs, (block_n, block_k)),
+              **dict.fromkeys(out_descs, (block_m, block_n))}
+    grid = (min(sms, triton.cdiv(m, block_m) * triton.cdiv(n, block_n)),)
+    launch(kernel, grid, **x_descs, **w_descs, **out_descs, **kwargs, **meta, descriptor_blocks=blocks)
 
 
 def persistent_grid(sms: int, m: int, n: int, block_m: str = "BLOCK_M", block_n: str = "BLOCK_N"):

@@ -44,6 +44,7 @@ from ..kernels.configs import (
     GLU_BWD_CONFIGS,
     GLU_BWD_TMA_CONFIGS,
     GLU_GEMM_CONFIGS,
+    GLU_PINGPONG_CONFIG,
     GLU_STREAM_CONFIGS,
     GLU_TMA_CONFIGS,
     Launcher,
@@ -53,6 +54,7 @@ from ..kernels.glu import (
     glu_bwd_dh_tma_kernel,
     glu_bwd_stream_kernel,
     glu_fwd_kernel,
+    glu_fwd_pingpong_kernel,
     glu_fwd_tma_kernel,
 )
 from ._common import (
@@ -62,8 +64,10 @@ from ._common import (
     backward_row_chunks,
     check_linear_inputs,
     dot_meta,
+    launch_pingpong,
     num_sms,
     persistent_grid,
+    pingpong_eligible,
     reuse_saved_once,
     tma_eligible,
     use_triton,
@@ -119,6 +123,14 @@ def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
         return y, h
     h_halves = (h[:, :out], h[:, out:]) if store_h else ()
     common = dict(M=m, OUT=out, K=k, M_KEY=autotune_m_key(m), ACT=act, HAS_BIAS=b1 is not None, STORE_H=store_h)
+    if pingpong_eligible(x, y, w1, w2, *h_halves):
+        h1, h2 = h_halves if store_h else (y, y)
+        launch_pingpong(
+            glu_fwd_pingpong_kernel, GLU_PINGPONG_CONFIG, m, out, num_sms(x),
+            {"x_desc": x}, {"w1_desc": w1, "w2_desc": w2}, {"y_desc": y, "h1_desc": h1, "h2_desc": h2},
+            b1_ptr=_bias_or(b1, y), b2_ptr=_bias_or(b2, y), **{k: v for k, v in common.items() if k != "M_KEY"},
+        )
+        return y, h
     if tma_eligible(x, y, w1, w2, *h_halves):
         h1, h2 = h_halves if store_h else (y, y)
         _fwd_tma_launcher.launch(

@@ -48,7 +48,6 @@ from ..kernels.configs import (
     LINEAR_TMA_CONFIGS,
     Launcher,
 )
-from ..kernels.launch import launch
 from ..kernels.linear_act import (
     linear_act_dgrad_kernel,
     linear_act_dgrad_tma_kernel,
@@ -64,6 +63,7 @@ from ._common import (
     backward_row_chunks,
     check_linear_inputs,
     dot_meta,
+    launch_pingpong,
     num_sms,
     persistent_grid,
     pingpong_eligible,
@@ -138,15 +138,10 @@ def _launch_fwd(x, weight, bias, act, store_pre):
 
 
 def _launch_fwd_pingpong(x, weight, b_ptr, y, pre, common):
-    config = dict(LINEAR_PINGPONG_CONFIG)
-    block_m, block_n, block_k = (config.pop(name) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
-    tiles = triton.cdiv(common["M"], block_m) * triton.cdiv(common["N"], block_n)
-    launch(
-        linear_act_fwd_pingpong_kernel, (min(num_sms(x), tiles),),
-        x_desc=x, w_desc=weight, b_ptr=b_ptr, y_desc=y, pre_desc=pre,
-        **{k: v for k, v in common.items() if k != "M_KEY"}, **config,
-        descriptor_blocks={"x_desc": (block_m, block_k), "w_desc": (block_n, block_k),
-                           "y_desc": (block_m, block_n), "pre_desc": (block_m, block_n)},
+    launch_pingpong(
+        linear_act_fwd_pingpong_kernel, LINEAR_PINGPONG_CONFIG, common["M"], common["N"], num_sms(x),
+        {"x_desc": x}, {"w_desc": weight}, {"y_desc": y, "pre_desc": pre},
+        b_ptr=b_ptr, **{k: v for k, v in common.items() if k != "M_KEY"},
     )
 
 

@@ -1,0 +1,48 @@
+"""GLU forward: ping-pong configs against the Triton TMA kernel and cuBLAS, in CUDA graphs.
+
+    python benchmarks/glu_pingpong_sweep.py [FIRST_SHAPE CONFIG ...]     (writes $OUT/glu_pingpong_sweep.json)
+
+Each config is checked against the Triton kernel's y and h (max abs difference) before it is
+timed, in recompute (y only) and store (y and h) mode. Arguments: skip the shapes before
+index FIRST_SHAPE and time only the named configs.
+"""
+import json, os, sys
+import torch, triton
+import fusedmlp.ops._common as common
+import fusedmlp.ops.glu as glu_ops
+from fusedmlp.ops.glu import glu_forward_impl
+base = dict(glu_ops.GLU_PINGPONG_CONFIG)
+cfgs = {"64x128s4": dict(BLOCK_M=64, BLOCK_N=128, STAGES=4), "64x128s3": dict(BLOCK_M=64, BLOCK_N=128, STAGES=3),
+        "128x64s4": dict(BLOCK_M=128, BLOCK_N=64, STAGES=4), "128x64s5": dict(BLOCK_M=128, BLOCK_N=64, STAGES=5)}
+def t(fn):
+    fn(); torch.cuda.synchronize()
+    return triton.testing.do_bench_cudagraph(fn, rep=300) * 1e3
+rows = []
+torch.manual_seed(0)
+SHAPES = [(16384, 512, 1792, "silu"), (8192, 1024, 4096, "gelu_tanh"), (32768, 1024, 4096, "gelu_tanh"),
+          (16384, 2048, 8192, "gelu_tanh"), (8192, 4096, 16384, "gelu_tanh")]
+if len(sys.argv) > 1:
+    SHAPES = SHAPES[int(sys.argv[1]):]
+    cfgs = {k: v for k, v in cfgs.items() if k in sys.argv[2:]}
+for M, K, OUT, act in SHAPES:
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(2 * OUT, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
+    b = torch.randn(2 * OUT, device="cuda", dtype=torch.bfloat16)
+    w1, w2, b1, b2 = w[:OUT], w[OUT:], b[:OUT], b[OUT:]
+    r = dict(shape=[M, K, OUT], act=act, cublas=t(lambda: x @ w.T))
+    common.PINGPONG = False
+    r["triton"] = t(lambda: glu_forward_impl(x, w1, w2, b1, b2, act, False))
+    r["triton_store"] = t(lambda: glu_forward_impl(x, w1, w2, b1, b2, act, True))
+    ref = glu_forward_impl(x, w1, w2, b1, b2, act, True)
+    common.PINGPONG = True
+    for name, c in cfgs.items():
+        glu_ops.GLU_PINGPONG_CONFIG = dict(base, **c)
+        y, h = glu_forward_impl(x, w1, w2, b1, b2, act, True)
+        r[name + "_maxdiff"] = max((y.float() - ref[0].float()).abs().max().item(), (h.float() - ref[1].float()).abs().max().item())
+        r[name] = t(lambda: glu_forward_impl(x, w1, w2, b1, b2, act, False))
+        r[name + "_store"] = t(lambda: glu_forward_impl(x, w1, w2, b1, b2, act, True))
+    glu_ops.GLU_PINGPONG_CONFIG = base
+    rows.append(r)
+    print(json.dumps({k: (round(v, 1) if isinstance(v, float) and not k.endswith("maxdiff") else v) for k, v in r.items()}))
+json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__, rows=rows),
+          open(os.path.join(os.environ.get("OUT", "."), "glu_pingpong_sweep.json"), "w"), indent=1)
