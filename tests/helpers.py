@@ -87,8 +87,8 @@ def backward_peak_bytes(forward, leaves, g):
 @contextlib.contextmanager
 def forcing_tma_config(monkeypatch, ops, launcher, index, sms=3):
     """Hopper only (skips elsewhere): inside the block ``launcher`` runs its config ``index``,
-    untuned, no ping-pong kernel replaces it, and ``ops`` sizes persistent grids for ``sms`` SMs, so that every program walks
-    several tiles even on small test shapes."""
+    untuned, no ping-pong kernel replaces it, and ``ops`` sizes persistent grids for ``sms``
+    SMs, so that every program walks several tiles even on small test shapes."""
     import pytest
 
     import fusedmlp.ops._common as common

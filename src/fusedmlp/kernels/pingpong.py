@@ -29,9 +29,9 @@ stores. Tile order is ``grouped_tile``'s (gemm.py), as in every other kernel her
 With ``PAIRED`` each stage also holds a tile of a second weight and the main loop fills a
 second accumulator from the same x tile (a GLU's x1 and x2). The epilogue is the caller's: a
 kernel writes its consumer around ``pingpong_mainloop`` and ``tma_store_tile``; see
-``linear_act_fwd_pingpong_kernel`` (linear_act.py) and ``glu_fwd_pingpong_kernel`` (glu.py). Only for CUDA GPUs of compute capability
-9.0 and 16-bit inputs (ops/_common.py ``pingpong_eligible``); the interpreter and other GPUs
-keep the Triton kernels.
+``linear_act_fwd_pingpong_kernel`` (linear_act.py) and ``glu_fwd_pingpong_kernel`` (glu.py).
+Only for CUDA GPUs of compute capability 9.0 and 16-bit inputs (ops/_common.py
+``pingpong_eligible``); the interpreter and other GPUs keep the Triton kernels.
 """
 
 from triton.experimental import gluon
