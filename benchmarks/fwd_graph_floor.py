@@ -4,7 +4,8 @@
     python benchmarks/fwd_graph_floor.py TAG        (writes $OUT/fwd_TAG.json; OUT defaults to .)
 
 linear_act runs with the ping-pong kernel and with the Triton TMA kernel (ops/_common.PINGPONG)
-where the tree has both. Two trees side by side in one call: run it once per tree with
+where the tree has both; GEGLU ("fused") runs whatever its op dispatches to (the Triton kernel
+before commit bcfd588, the ping-pong kernel from it on; earlier JSONs call that column "triton"). Two trees side by side in one call: run it once per tree with
 PYTHONPATH pointing at each.
 """
 import json, os, sys, time
@@ -34,7 +35,7 @@ for N, d in [(8192, 1024), (32768, 1024), (16384, 2048), (8192, 4096)]:
     w = torch.randn(8 * d, d, device="cuda", dtype=torch.bfloat16) / d ** 0.5
     b = torch.randn(8 * d, device="cuda", dtype=torch.bfloat16)
     rows.append(dict(op="geglu", shape=[N, d], cublas=t(lambda: x @ w.T),
-                     triton=t(lambda: fusedmlp.geglu(x, w, b, recompute=True))))
+                     fused=t(lambda: fusedmlp.geglu(x, w, b, recompute=True))))
 for r in rows:
     print(tag, json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in r.items()}))
 json.dump(dict(tag=tag, device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,

@@ -39,20 +39,10 @@ import triton
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import tma
 
 from .activations import activation, activation_value_and_grad
 from .gemm import persistent_tile, stream_row_block, tile_indices, xwT_mainloop, xwT_mainloop_tma
-from .pingpong import (
-    accumulator_layout,
-    pingpong_loader,
-    pingpong_mainloop,
-    pingpong_setup,
-    program_tiles,
-    tile_bias,
-    tile_start,
-    tma_store_tile,
-)
+from .pingpong import pingpong_consumer, pingpong_loader, pingpong_setup
 
 
 @triton.jit
@@ -270,38 +260,6 @@ def glu_fwd_tma_kernel(
 
 
 @gluon.jit
-def _glu_consumer(
-    w1_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, b2_bufs, c_bufs, ready, empty, turn,
-    M, OUT, K,
-    CONSUMER: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, STORE_H: gl.constexpr,
-    GROUP_M: gl.constexpr, STAGES: gl.constexpr,
-):
-    """One consumer warpgroup of ``glu_fwd_pingpong_kernel``: the x1 and x2 main loop, then
-    bias, gating and stores of every second tile of the program."""
-    BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
-    BLOCK_K: gl.constexpr = a_bufs.type.shape[2]
-    BLOCK_N: gl.constexpr = w1_desc.block_type.shape[0]
-    acc_layout: gl.constexpr = accumulator_layout(BLOCK_N)
-    c_buf = c_bufs.index(CONSUMER)
-    k_tiles = gl.cdiv(K, BLOCK_K)
-    for i in range(CONSUMER, program_tiles(M, OUT, BLOCK_M, BLOCK_N), 2):
-        row_start, col_start = tile_start(i, M, OUT, BLOCK_M, BLOCK_N, GROUP_M)
-        if HAS_BIAS:
-            bias1 = tile_bias(b1_ptr, col_start, OUT, BLOCK_N, acc_layout)
-            bias2 = tile_bias(b2_ptr, col_start, OUT, BLOCK_N, acc_layout)
-        x1, x2 = pingpong_mainloop(a_bufs, b_bufs, b2_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES,
-                                   True, acc_layout)
-        if HAS_BIAS:
-            x1 = x1 + bias1
-            x2 = x2 + bias2
-        if STORE_H:  # one shared buffer per consumer: x1, x2, then y
-            tma_store_tile(h1_desc, c_buf, x1, row_start, col_start)
-            tma_store_tile(h2_desc, c_buf, x2, row_start, col_start)
-        tma_store_tile(y_desc, c_buf, x1 * activation(x2, ACT), row_start, col_start)
-    tma.store_wait(0)
-
-
-@gluon.jit
 def glu_fwd_pingpong_kernel(
     x_desc, w1_desc, w2_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc,
     M, OUT, K,
@@ -314,10 +272,10 @@ def glu_fwd_pingpong_kernel(
     shapes come from the descriptors; 16-bit data."""
     a_bufs, b_bufs, b2_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w1_desc, y_desc, STAGES, True)
     gl.warp_specialize([
-        (_glu_consumer, (w1_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, b2_bufs, c_bufs,
-                         ready, empty, turn, M, OUT, K, 0, ACT, HAS_BIAS, STORE_H, GROUP_M, STAGES)),
-        (_glu_consumer, (w1_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, b2_bufs, c_bufs,
-                         ready, empty, turn, M, OUT, K, 1, ACT, HAS_BIAS, STORE_H, GROUP_M, STAGES)),
+        (pingpong_consumer, (w1_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, b2_bufs, c_bufs,
+                             ready, empty, turn, M, OUT, K, 0, ACT, HAS_BIAS, STORE_H, True, GROUP_M, STAGES)),
+        (pingpong_consumer, (w1_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, b2_bufs, c_bufs,
+                             ready, empty, turn, M, OUT, K, 1, ACT, HAS_BIAS, STORE_H, True, GROUP_M, STAGES)),
         (pingpong_loader, (x_desc, w1_desc, w2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, OUT, K, GROUP_M,
                            STAGES, True)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])

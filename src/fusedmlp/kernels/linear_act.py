@@ -38,20 +38,10 @@ import triton
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import tma
 
 from .activations import activation, activation_grad
 from .gemm import grouped_tile, persistent_tile, stream_row_block, tile_indices, xwT_mainloop, xwT_mainloop_tma
-from .pingpong import (
-    accumulator_layout,
-    pingpong_loader,
-    pingpong_mainloop,
-    pingpong_setup,
-    program_tiles,
-    tile_bias,
-    tile_start,
-    tma_store_tile,
-)
+from .pingpong import pingpong_consumer, pingpong_loader, pingpong_setup
 
 
 @triton.jit
@@ -111,34 +101,6 @@ def linear_act_fwd_tma_kernel(
 
 
 @gluon.jit
-def _linear_act_consumer(
-    w_desc, b_ptr, y_desc, pre_desc, a_bufs, b_bufs, b2_bufs, c_bufs, ready, empty, turn, M, N, K,
-    CONSUMER: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, STORE_PRE: gl.constexpr,
-    GROUP_M: gl.constexpr, STAGES: gl.constexpr,
-):
-    """One consumer warpgroup of ``linear_act_fwd_pingpong_kernel``: main loop, then bias,
-    activation and stores of every second tile of the program."""
-    BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
-    BLOCK_K: gl.constexpr = a_bufs.type.shape[2]
-    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
-    acc_layout: gl.constexpr = accumulator_layout(BLOCK_N)
-    c_buf = c_bufs.index(CONSUMER)
-    k_tiles = gl.cdiv(K, BLOCK_K)
-    for i in range(CONSUMER, program_tiles(M, N, BLOCK_M, BLOCK_N), 2):
-        row_start, col_start = tile_start(i, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        if HAS_BIAS:
-            bias = tile_bias(b_ptr, col_start, N, BLOCK_N, acc_layout)
-        pre, _ = pingpong_mainloop(a_bufs, b_bufs, b2_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, False,
-                                   acc_layout)
-        if HAS_BIAS:
-            pre = pre + bias
-        if STORE_PRE:  # one shared buffer per consumer: pre first, then y
-            tma_store_tile(pre_desc, c_buf, pre, row_start, col_start)
-        tma_store_tile(y_desc, c_buf, activation(pre, ACT), row_start, col_start)
-    tma.store_wait(0)
-
-
-@gluon.jit
 def linear_act_fwd_pingpong_kernel(
     x_desc, w_desc, b_ptr, y_desc, pre_desc,
     M, N, K,
@@ -151,10 +113,10 @@ def linear_act_fwd_pingpong_kernel(
     during the other's main loop. Block shapes come from the descriptors; 16-bit data."""
     a_bufs, b_bufs, b2_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w_desc, y_desc, STAGES, False)
     gl.warp_specialize([
-        (_linear_act_consumer, (w_desc, b_ptr, y_desc, pre_desc, a_bufs, b_bufs, b2_bufs, c_bufs, ready, empty,
-                                turn, M, N, K, 0, ACT, HAS_BIAS, STORE_PRE, GROUP_M, STAGES)),
-        (_linear_act_consumer, (w_desc, b_ptr, y_desc, pre_desc, a_bufs, b_bufs, b2_bufs, c_bufs, ready, empty,
-                                turn, M, N, K, 1, ACT, HAS_BIAS, STORE_PRE, GROUP_M, STAGES)),
+        (pingpong_consumer, (w_desc, b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, b2_bufs, c_bufs,
+                             ready, empty, turn, M, N, K, 0, ACT, HAS_BIAS, STORE_PRE, False, GROUP_M, STAGES)),
+        (pingpong_consumer, (w_desc, b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, b2_bufs, c_bufs,
+                             ready, empty, turn, M, N, K, 1, ACT, HAS_BIAS, STORE_PRE, False, GROUP_M, STAGES)),
         (pingpong_loader, (x_desc, w_desc, w_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K, GROUP_M, STAGES,
                            False)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])

@@ -27,9 +27,10 @@ consumers compute alike. Edge tiles need no masks: TMA reads zeros out of bounds
 stores. Tile order is ``grouped_tile``'s (gemm.py), as in every other kernel here.
 
 With ``PAIRED`` each stage also holds a tile of a second weight and the main loop fills a
-second accumulator from the same x tile (a GLU's x1 and x2). The epilogue is the caller's: a
-kernel writes its consumer around ``pingpong_mainloop`` and ``tma_store_tile``; see
-``linear_act_fwd_pingpong_kernel`` (linear_act.py) and ``glu_fwd_pingpong_kernel`` (glu.py).
+second accumulator from the same x tile (a GLU's x1 and x2). ``pingpong_consumer`` is the
+consumer of both fused forwards that use this: ``linear_act_fwd_pingpong_kernel``
+(linear_act.py: y = act(x @ W.T + b)) and ``glu_fwd_pingpong_kernel`` (glu.py:
+y = x1 * act(x2)).
 Only for CUDA GPUs of compute capability 9.0 and 16-bit inputs (ops/_common.py
 ``pingpong_eligible``); the interpreter and other GPUs keep the Triton kernels.
 """
@@ -44,6 +45,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from .activations import activation
 from .gemm import grouped_tile
 
 # Triton 3.6 names the TMA copies async_copy_global_to_shared / async_copy_shared_to_global;
@@ -155,6 +157,52 @@ def tma_store_tile(desc, buf, value, row_start, col_start):
     buf.store(value.to(desc.dtype))
     fence_async_shared()
     _tma_store(desc, [row_start, col_start], buf)
+
+
+@gluon.jit
+def pingpong_consumer(
+    w_desc, b_ptr, b2_ptr, y_desc, acc_desc, acc2_desc, a_bufs, b_bufs, b2_bufs, c_bufs, ready, empty, turn,
+    M, N, K,
+    CONSUMER: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, STORE_ACC: gl.constexpr,
+    PAIRED: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+):
+    """Consumer warpgroup ``CONSUMER``: for every second tile of the program, the main loop,
+    then the fused epilogue. With a = x @ W.T + b (and a2 = x @ W2.T + b2 if PAIRED):
+
+        y = act(a)            or, PAIRED,    y = a * act(a2)
+
+    STORE_ACC also stores a (and a2) through ``acc_desc`` (``acc2_desc``): the linear layer's
+    pre-activation, a GLU's h halves. Biases are loaded before the tile's main loop, which
+    hides their latency; every store goes through this consumer's one shared buffer.
+    """
+    BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
+    BLOCK_K: gl.constexpr = a_bufs.type.shape[2]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    acc_layout: gl.constexpr = accumulator_layout(BLOCK_N)
+    c_buf = c_bufs.index(CONSUMER)
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    for i in range(CONSUMER, program_tiles(M, N, BLOCK_M, BLOCK_N), 2):
+        row_start, col_start = tile_start(i, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        if HAS_BIAS:
+            bias = tile_bias(b_ptr, col_start, N, BLOCK_N, acc_layout)
+            if PAIRED:
+                bias2 = tile_bias(b2_ptr, col_start, N, BLOCK_N, acc_layout)
+        acc, acc2 = pingpong_mainloop(a_bufs, b_bufs, b2_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES,
+                                      PAIRED, acc_layout)
+        if HAS_BIAS:
+            acc = acc + bias
+            if PAIRED:
+                acc2 = acc2 + bias2
+        if STORE_ACC:
+            tma_store_tile(acc_desc, c_buf, acc, row_start, col_start)
+            if PAIRED:
+                tma_store_tile(acc2_desc, c_buf, acc2, row_start, col_start)
+        if PAIRED:
+            y = acc * activation(acc2, ACT)
+        else:
+            y = activation(acc, ACT)
+        tma_store_tile(y_desc, c_buf, y, row_start, col_start)
+    tma.store_wait(0)
 
 
 @gluon.jit
