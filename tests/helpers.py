@@ -151,9 +151,9 @@ module, kernel_name, config_name, *activations = sys.argv[1:]
 kernel = getattr(__import__("fusedmlp.kernels." + module, fromlist=[kernel_name]), kernel_name)
 config = getattr(configs, config_name)
 base = torch.empty(256, 256, dtype=torch.bfloat16)
-def desc(name):
-    rows, cols = (("BLOCK_M", "BLOCK_K") if name == "x_desc" else ("BLOCK_N", "BLOCK_K") if name.startswith("w")
-                  else ("BLOCK_M", "BLOCK_N"))
+def desc(name):  # the main loop's left operand, a [K, N] weight (Wd), an [N, K] weight, an output
+    rows, cols = (("BLOCK_M", "BLOCK_K") if name in ("x_desc", "gy_desc") else ("BLOCK_K", "BLOCK_N")
+                  if name == "wd_desc" else ("BLOCK_N", "BLOCK_K") if name.startswith("w") else ("BLOCK_M", "BLOCK_N"))
     block = [config[rows], config[cols]]
     layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
     return mangle_type(TensorDescriptor.from_tensor(base, block, layout))

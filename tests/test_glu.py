@@ -381,8 +381,10 @@ def test_tma_kernels(device, monkeypatch, dtype, recompute, bias):
 
 def test_pingpong_kernel_compiles_for_hopper():
     """The Gluon ping-pong GLU forward compiles for sm_90a with the installed Triton (GEGLU's
-    and SwiGLU's activations, h stored and not)."""
+    and SwiGLU's activations, h stored and not), and so does the backward's dh kernel with g
+    formed on the tile (z stored and not)."""
     compile_pingpong_for_hopper("glu", "glu_fwd_pingpong_kernel", "GLU_PINGPONG_CONFIG", ["gelu_tanh", "silu"])
+    compile_pingpong_for_hopper("glu", "glu_bwd_dh_pingpong_kernel", "GLU_DH_PINGPONG_CONFIG", ["silu", "gelu_tanh"])
 
 
 @pytest.mark.gpu

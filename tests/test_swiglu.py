@@ -145,6 +145,50 @@ def test_store_backward_allocates_no_dh():
     assert peak < grad_bytes + g_bytes + dh_bytes // 4, (peak, grad_bytes, g_bytes, dh_bytes)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_pingpong_backward_on_gpu(monkeypatch, dtype):
+    """The store mode's dh with g = gy @ W_down formed on the ping-pong kernel's tile (compute
+    capability 9.0), on 3 SMs (several tiles per program; partial row, column and K tiles):
+    dh and z against float64 into new tensors and in place (dh over h, z over a scratch),
+    with z and without; then swiglu's gradients end to end, with and without W_down's."""
+    import fusedmlp.ops.glu as glu_ops
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the ping-pong kernel is for compute capability 9.0")
+    monkeypatch.setattr(glu_ops, "num_sms", lambda t: 3)
+    kernels = []
+    real = glu_ops.launch_pingpong
+    monkeypatch.setattr(glu_ops, "launch_pingpong",
+                        lambda kernel, *args, **kwargs: kernels.append(kernel) or real(kernel, *args, **kwargs))
+    rows, dim, hidden = 1000, 200, 392
+    gy, x, w_gate, w_up = (torch.randn(*shape, dtype=torch.float64) for shape in
+                           [(rows, dim), (rows, dim), (hidden, dim), (hidden, dim)])
+    h = torch.randn(rows, 2 * hidden, dtype=torch.float64)
+    w_down = torch.randn(dim, hidden, dtype=torch.float64) / hidden**0.5
+    exact = [t.to(dtype).double() for t in (gy, x, w_up, w_gate, h, w_down)]
+    dh_ref, _, z_ref = glu_ops.glu_backward_dh_impl(*exact[:4], None, None, exact[4], "silu", exact[5], True)
+    for in_place in (False, True):
+        for store_z in (True, False):
+            gy_, x_, w_up_, w_gate_, h_, w_down_ = (t.to(dtype).cuda() for t in exact)
+            z_out = torch.empty(rows, hidden, dtype=dtype, device="cuda") if in_place else None
+            dh, _, z = glu_ops.glu_backward_dh_impl(gy_, x_, w_up_, w_gate_, None, None, h_, "silu", w_down_,
+                                                    store_z, in_place=in_place, z_out=z_out)
+            what = f"in_place={in_place} store_z={store_z}"
+            assert rel_err(dh, dh_ref) < TOLERANCE[dtype], what
+            if in_place:
+                assert dh.data_ptr() == h_.data_ptr(), what
+            if store_z:
+                assert rel_err(z, z_ref) < TOLERANCE[dtype], what
+                if in_place:
+                    assert z.data_ptr() == z_out.data_ptr(), what
+    assert kernels.count(glu_ops.glu_bwd_dh_pingpong_kernel) == 4, "the dh kernel with g on the tile did not run"
+    for lead_shape, grads in [((1000,), (True,) * 4), ((3, 111), (True, True, True, False))]:
+        tensors, g = make_inputs(lead_shape, dim, hidden, "cuda", grads=grads)
+        run_check(tensors, g, dtype, False, f"ping-pong dh {lead_shape}")
+    assert kernels.count(glu_ops.glu_bwd_dh_pingpong_kernel) == 6
+
+
 @pytest.mark.parametrize("recompute,expected", [(True, "x"), (False, "h,x")])
 def test_saved_tensors(device, recompute, expected):
     """recompute keeps x alone; store keeps x and h = [up | gate] ([rows, 2*hidden])."""

@@ -201,12 +201,22 @@ FP64_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "BLOCK_C": 64, "SUB_
 # (benchmarks/NOTES.md, "The ping-pong forward").
 LINEAR_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "STAGES": 4, "GROUP_M": 8,
                           "CONSUMER_REGS": 232, "LOADER_REGS": 40, "num_warps": 4, "maxnreg": 168}
-# The GLU forward's consumers hold two accumulators (x1 and x2): 128 x 64 tiles each (the
-# same 128 registers a thread), a ring stage of x [128, 64] and two weight tiles [64, 64],
-# 5 stages. On an H200 it beat 64 x 128 tiles (3 or 4 stages) and 4 stages at 3 of 4 shapes
-# (benchmarks/NOTES.md, "The ping-pong forward").
+# The GLU forward's consumers run one 128 x 128 MMA per stage over x [128, 64] and the two
+# weight tiles [64, 64] side by side (BLOCK_N is per weight; the accumulator's column halves
+# are x1 and x2), 5 stages. On an H200 it beat 4 stages and 64 x 128 tiles per weight (one
+# 64 x 256 MMA) at every shape (benchmarks/NOTES.md, "The GLU forward as one MMA per stage").
 GLU_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "STAGES": 5, "GROUP_M": 8,
                        "CONSUMER_REGS": 232, "LOADER_REGS": 40, "num_warps": 4, "maxnreg": 168}
+# The backward's dh with g = gy @ Wd on the tile (SwiGLU with h kept): each consumer holds g
+# in registers and has three [BLOCK_M, BLOCK_N] buffers (x1 and x2 in, dh1, dh2 and z out), so
+# 128 x 64 tiles and 5 stages fill the shared memory. At d = 512 and 1024 (the main loop short,
+# the epilogue's traffic the bound) it beat cuBLAS's g plus the stream by 21% / 6% on an H200;
+# 5 stages beat 4 and 3, and the row-major tile order (GROUP_M 1) beat 8 there
+# (benchmarks/NOTES.md, "SwiGLU's dh with g on the tile"). GLU_DH_PINGPONG_MAX_K: beyond it
+# the small tiles' main loop falls behind cuBLAS (1.08x the two steps at d = 2048).
+GLU_DH_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "STAGES": 5, "GROUP_M": 1,
+                          "CONSUMER_REGS": 232, "LOADER_REGS": 40, "num_warps": 4, "maxnreg": 168}
+GLU_DH_PINGPONG_MAX_K = 1024
 
 
 # The interpreter's cost is per program: larger tiles, one config (the persistent kernels run

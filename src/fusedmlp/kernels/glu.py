@@ -24,7 +24,9 @@ writes ``z = x1 * t`` (the down projection's input, which its weight gradient ne
 remaining products (``dW = dh.T @ x``, ``dx = dh @ [W1; W2]``) are plain GEMMs done by the
 host. Partial db sums are reduced on the host in a fixed order: no atomics, so db has the
 same bits on every run. With h stored (the store mode), the work is a pure stream over g
-and h, and ``glu_bwd_stream_kernel`` does it, in place when the caller allows.
+and h, and ``glu_bwd_stream_kernel`` does it, in place when the caller allows; with h stored
+and g = gy @ Wd, ``glu_bwd_dh_pingpong_kernel`` (Hopper) forms g on the tile and reads h
+there, so g never reaches memory.
 
 The kernels come in two forms with one epilogue: pointer-based (any strides; the
 interpreter, fp32/fp64 and pre-Hopper GPUs; one program per tile) and ``*_tma`` (tensor
@@ -39,10 +41,11 @@ import triton
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from .activations import activation, activation_value_and_grad
 from .gemm import persistent_tile, stream_row_block, tile_indices, xwT_mainloop, xwT_mainloop_tma
-from .pingpong import pingpong_consumer, pingpong_loader, pingpong_setup
+from .pingpong import pingpong_consumer, pingpong_glu_dh_consumer, pingpong_loader, pingpong_setup
 
 
 @triton.jit
@@ -270,14 +273,41 @@ def glu_fwd_pingpong_kernel(
     """``glu_fwd_tma_kernel`` as a warp-specialised ping-pong kernel (pingpong.py): each ring
     stage holds the x tile and the W1 and W2 tiles, each consumer two accumulators; block
     shapes come from the descriptors; 16-bit data."""
-    a_bufs, b_bufs, b2_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w1_desc, y_desc, STAGES, True)
+    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w1_desc, y_desc, STAGES, True, False, 1)
     gl.warp_specialize([
-        (pingpong_consumer, (w1_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, b2_bufs, c_bufs,
+        (pingpong_consumer, (w1_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, c_bufs,
                              ready, empty, turn, M, OUT, K, 0, ACT, HAS_BIAS, STORE_H, True, GROUP_M, STAGES)),
-        (pingpong_consumer, (w1_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, b2_bufs, c_bufs,
+        (pingpong_consumer, (w1_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, c_bufs,
                              ready, empty, turn, M, OUT, K, 1, ACT, HAS_BIAS, STORE_H, True, GROUP_M, STAGES)),
-        (pingpong_loader, (x_desc, w1_desc, w2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, OUT, K, GROUP_M,
-                           STAGES, True)),
+        (pingpong_loader, (x_desc, w1_desc, w2_desc, a_bufs, b_bufs, ready, empty, M, OUT, K, GROUP_M,
+                           STAGES, True, False)),
+    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+
+
+@gluon.jit
+def glu_bwd_dh_pingpong_kernel(
+    gy_desc, wd_desc, h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc,
+    M, OUT, KG,
+    ACT: gl.constexpr, STORE_Z: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: GLU_DH_PINGPONG_CONFIG
+):
+    """The backward's dh with h kept and g = gy @ Wd formed on the tile (SwiGLU: the down
+    projection's input gradient), as a ping-pong kernel (pingpong.py): g never reaches memory.
+    ``gy [M, KG]``; ``Wd [KG, OUT]``, row-major, so that its ``[BLOCK_K, BLOCK_N]`` tiles are
+    the MMA's right operand as loaded; h1 / h2 / dh1 / dh2 describe the halves of h and dh
+    ([M, 2*OUT]), z ``[M, OUT]``. dh may be h itself: each tile's h is read before its outputs
+    are written. No bias (SwiGLU has none); 16-bit data."""
+    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(gy_desc, wd_desc, dh1_desc, STAGES, False, True, 3)
+    h_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for consumer in gl.static_range(2):
+        mbarrier.init(h_ready.index(consumer), count=1)
+    gl.warp_specialize([
+        (pingpong_glu_dh_consumer, (h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, a_bufs, b_bufs, c_bufs, ready, empty,
+                                    turn, h_ready, M, OUT, KG, 0, ACT, STORE_Z, GROUP_M, STAGES)),
+        (pingpong_glu_dh_consumer, (h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, a_bufs, b_bufs, c_bufs, ready, empty,
+                                    turn, h_ready, M, OUT, KG, 1, ACT, STORE_Z, GROUP_M, STAGES)),
+        (pingpong_loader, (gy_desc, wd_desc, wd_desc, a_bufs, b_bufs, ready, empty, M, OUT, KG, GROUP_M, STAGES,
+                           False, True)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 

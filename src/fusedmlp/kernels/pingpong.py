@@ -26,11 +26,18 @@ program owns counts ``i * k_tiles ... (i + 1) * k_tiles - 1``), which the loader
 consumers compute alike. Edge tiles need no masks: TMA reads zeros out of bounds and clips
 stores. Tile order is ``grouped_tile``'s (gemm.py), as in every other kernel here.
 
-With ``PAIRED`` each stage also holds a tile of a second weight and the main loop fills a
-second accumulator from the same x tile (a GLU's x1 and x2). ``pingpong_consumer`` is the
-consumer of both fused forwards that use this: ``linear_act_fwd_pingpong_kernel``
+With ``PAIRED`` (a GLU's x1 and x2 from one x tile) a stage's weight buffer holds W's tile in
+its first BLOCK_N rows and W2's in the rest, and one MMA of width 2 * BLOCK_N fills one
+accumulator whose column halves are x1 and x2 (``split_column_halves``: no data moves). Two
+MMAs of width BLOCK_N, one per weight, read the x tile from shared memory twice: at
+BLOCK_N = 64 the GLU forward ran 3-6% slower that way (H200). With ``W_KN`` the weight is
+``[K, N]`` (e.g. a down projection's weight read for ``gy @ Wd``) and its ``[BLOCK_K,
+BLOCK_N]`` tiles are the MMA's right operand as loaded.
+
+Consumers: ``pingpong_consumer`` serves the fused forwards, ``linear_act_fwd_pingpong_kernel``
 (linear_act.py: y = act(x @ W.T + b)) and ``glu_fwd_pingpong_kernel`` (glu.py:
-y = x1 * act(x2)).
+y = x1 * act(x2)); ``pingpong_glu_dh_consumer`` the GLU backward's dh with g = gy @ Wd formed
+on the tile (``glu_bwd_dh_pingpong_kernel``, SwiGLU with h kept).
 Only for CUDA GPUs of compute capability 9.0 and 16-bit inputs (ops/_common.py
 ``pingpong_eligible``); the interpreter and other GPUs keep the Triton kernels.
 """
@@ -45,7 +52,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .activations import activation
+from .activations import activation, activation_value_and_grad
 from .gemm import grouped_tile
 
 # Triton 3.6 names the TMA copies async_copy_global_to_shared / async_copy_shared_to_global;
@@ -70,13 +77,15 @@ def tile_start(local_index, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, 
 
 
 @gluon.jit
-def pingpong_loader(x_desc, w_desc, w2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
-                    GROUP_M: gl.constexpr, STAGES: gl.constexpr, PAIRED: gl.constexpr):
-    """Loader partition: fills ring stages with x and W tiles (and W2's, if PAIRED), in the
-    consumers' order."""
+def pingpong_loader(x_desc, w_desc, w2_desc, a_bufs, b_bufs, ready, empty, M, N, K,
+                    GROUP_M: gl.constexpr, STAGES: gl.constexpr, PAIRED: gl.constexpr, W_KN: gl.constexpr):
+    """Loader partition: fills ring stages with x and W tiles in the consumers' order; if
+    PAIRED, W's tile fills the first BLOCK_N rows of the stage's weight buffer and W2's the
+    rest. W is ``[N, K]`` (an nn.Linear weight: tiles ``[BLOCK_N, BLOCK_K]``), or ``[K, N]``
+    with ``W_KN`` (tiles ``[BLOCK_K, BLOCK_N]``)."""
     BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[1] if W_KN else w_desc.block_type.shape[0]
     stage_bytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes * (2 if PAIRED else 1)
     k_tiles = gl.cdiv(K, BLOCK_K)
     count = 0
@@ -90,52 +99,64 @@ def pingpong_loader(x_desc, w_desc, w2_desc, a_bufs, b_bufs, b2_bufs, ready, emp
             bar = ready.index(stage)
             mbarrier.expect(bar, stage_bytes)
             _tma_load(x_desc, [row_start, kk * BLOCK_K], bar, a_bufs.index(stage))
-            _tma_load(w_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage))
             if PAIRED:
-                _tma_load(w2_desc, [col_start, kk * BLOCK_K], bar, b2_bufs.index(stage))
+                _tma_load(w_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage).slice(0, BLOCK_N))
+                _tma_load(w2_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage).slice(BLOCK_N, BLOCK_N))
+            elif W_KN:
+                _tma_load(w_desc, [kk * BLOCK_K, col_start], bar, b_bufs.index(stage))
+            else:
+                _tma_load(w_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage))
             count += 1
 
 
 @gluon.jit
-def pingpong_mainloop(a_bufs, b_bufs, b2_bufs, ready, empty, turn, local_index, k_tiles,
-                      CONSUMER: gl.constexpr, STAGES: gl.constexpr, PAIRED: gl.constexpr,
-                      acc_layout: gl.constexpr):
-    """(acc, acc2) = (x_tile @ W_tile.T, x_tile @ W2_tile.T if PAIRED) for the program's
-    ``local_index``-th tile (consumer ``CONSUMER``).
+def pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, local_index, k_tiles,
+                      CONSUMER: gl.constexpr, STAGES: gl.constexpr, W_KN: gl.constexpr, acc_layout: gl.constexpr):
+    """acc = x_tile @ W_tile.T for the program's ``local_index``-th tile (consumer
+    ``CONSUMER``), W_tile being the ring's weight rows (W's, or W's and W2's if PAIRED), or
+    acc = x_tile @ W_tile with ``W_KN`` (the ring holds ``[BLOCK_K, BLOCK_N]`` tiles).
 
-    Waits for this consumer's turn, issues the MMAs of one ring stage at a time keeping one
-    stage's in flight (the stage before is released as soon as its MMAs are done), hands the
-    turn to the other consumer after its last MMA and returns the finished fp32 accumulators
-    (``acc2`` unused without PAIRED).
+    Waits for this consumer's turn, issues the MMA of one ring stage at a time keeping one
+    stage's in flight (the stage before is released as soon as its MMA is done), hands the
+    turn to the other consumer after its last MMA and returns the finished fp32 accumulator.
     """
     BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
-    BLOCK_N: gl.constexpr = b_bufs.type.shape[1]
+    ACC_N: gl.constexpr = b_bufs.type.shape[2] if W_KN else b_bufs.type.shape[1]
     # consumer 0's first wait passes on the fresh barrier; consumer 1's waits for consumer 0
     mbarrier.wait(turn.index(CONSUMER), ((local_index // 2) & 1) ^ (1 - CONSUMER))
-    acc = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=acc_layout)
-    acc2 = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=acc_layout)
+    acc = gl.zeros((BLOCK_M, ACC_N), dtype=gl.float32, layout=acc_layout)
     count = local_index * k_tiles
     prev_stage = 0
     for kk in range(k_tiles):
         stage = count % STAGES
         mbarrier.wait(ready.index(stage), (count // STAGES) & 1)
-        a_tile = a_bufs.index(stage)
-        acc = warpgroup_mma(a_tile, b_bufs.index(stage).permute((1, 0)), acc, is_async=True)
-        if PAIRED:
-            acc2 = warpgroup_mma(a_tile, b2_bufs.index(stage).permute((1, 0)), acc2, is_async=True)
-            acc, acc2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc2))
+        if W_KN:
+            b_tile = b_bufs.index(stage)
         else:
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+            b_tile = b_bufs.index(stage).permute((1, 0))
+        acc = warpgroup_mma(a_bufs.index(stage), b_tile, acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
         mbarrier.arrive(empty.index(prev_stage), count=1, pred=kk > 0)
         prev_stage = stage
         count += 1
     mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
-    if PAIRED:
-        acc, acc2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc2))
-    else:
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     mbarrier.arrive(empty.index(prev_stage), count=1)
-    return acc, acc2
+    return acc
+
+
+@gluon.jit
+def split_column_halves(acc, half_layout: gl.constexpr):
+    """acc[:, :n] and acc[:, n:] of a [BLOCK_M, 2n] accumulator, each in ``half_layout``.
+
+    In the wgmma layout a thread holding column j also holds column j + n, in registers: the
+    reshape, permute and split only rename them (convert_layout asserts that nothing moves).
+    """
+    BLOCK_M: gl.constexpr = acc.shape[0]
+    HALF: gl.constexpr = acc.shape[1] // 2
+    left, right = acc.reshape([BLOCK_M, 2, HALF]).permute((0, 2, 1)).split()
+    return (gl.convert_layout(left, half_layout, assert_trivial=True),
+            gl.convert_layout(right, half_layout, assert_trivial=True))
 
 
 @gluon.jit
@@ -161,7 +182,7 @@ def tma_store_tile(desc, buf, value, row_start, col_start):
 
 @gluon.jit
 def pingpong_consumer(
-    w_desc, b_ptr, b2_ptr, y_desc, acc_desc, acc2_desc, a_bufs, b_bufs, b2_bufs, c_bufs, ready, empty, turn,
+    w_desc, b_ptr, b2_ptr, y_desc, acc_desc, acc2_desc, a_bufs, b_bufs, c_bufs, ready, empty, turn,
     M, N, K,
     CONSUMER: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, STORE_ACC: gl.constexpr,
     PAIRED: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
@@ -187,8 +208,14 @@ def pingpong_consumer(
             bias = tile_bias(b_ptr, col_start, N, BLOCK_N, acc_layout)
             if PAIRED:
                 bias2 = tile_bias(b2_ptr, col_start, N, BLOCK_N, acc_layout)
-        acc, acc2 = pingpong_mainloop(a_bufs, b_bufs, b2_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES,
-                                      PAIRED, acc_layout)
+        if PAIRED:
+            acc, acc2 = split_column_halves(
+                pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, False,
+                                  accumulator_layout(2 * BLOCK_N)),
+                acc_layout)
+        else:
+            acc = pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, False,
+                                    acc_layout)
         if HAS_BIAS:
             acc = acc + bias
             if PAIRED:
@@ -206,27 +233,77 @@ def pingpong_consumer(
 
 
 @gluon.jit
-def pingpong_setup(x_desc, w_desc, out_desc, STAGES: gl.constexpr, PAIRED: gl.constexpr):
-    """Shared memory of a ping-pong kernel: the ring (a second weight's tiles if PAIRED), one
-    output buffer per consumer (of ``out_desc``'s dtype and layout), barriers."""
+def pingpong_glu_dh_consumer(
+    h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, a_bufs, b_bufs, c_bufs, ready, empty, turn, h_ready,
+    M, N, K,
+    CONSUMER: gl.constexpr, ACT: gl.constexpr, STORE_Z: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+):
+    """Consumer warpgroup ``CONSUMER`` of a GLU's backward with h kept: for every second tile,
+    g = gy @ Wd (the main loop, ``W_KN``), then with h = [x1 | x2]:
+
+        dh1 = g * act(x2),   dh2 = g * x1 * act'(x2),   z = x1 * act(x2)  (if STORE_Z)
+
+    The tile's x1 and x2 are copied (TMA) into this consumer's first two ``c_bufs`` (of
+    ``3 * CONSUMER ... + 2``) before its main loop, which hides their latency; after it, each
+    thread reads its elements, writes dh1 and dh2 over them (the same elements: no thread
+    waits for another) and z into the third buffer, and the three go out by TMA. So the
+    outputs may be written over h itself.
+    """
+    BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
+    BLOCK_K: gl.constexpr = a_bufs.type.shape[2]
+    BLOCK_N: gl.constexpr = b_bufs.type.shape[2]
+    acc_layout: gl.constexpr = accumulator_layout(BLOCK_N)
+    x1_buf = c_bufs.index(3 * CONSUMER)
+    x2_buf = c_bufs.index(3 * CONSUMER + 1)
+    z_buf = c_bufs.index(3 * CONSUMER + 2)
+    bar = h_ready.index(CONSUMER)
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    for i in range(CONSUMER, program_tiles(M, N, BLOCK_M, BLOCK_N), 2):
+        row_start, col_start = tile_start(i, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        tma.store_wait(0)  # the previous tile's stores have read the buffers
+        mbarrier.expect(bar, 2 * h1_desc.block_type.nbytes)
+        _tma_load(h1_desc, [row_start, col_start], bar, x1_buf)
+        _tma_load(h2_desc, [row_start, col_start], bar, x2_buf)
+        g = pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, True, acc_layout)
+        mbarrier.wait(bar, (i // 2) & 1)
+        x1 = x1_buf.load(acc_layout).to(gl.float32)
+        act_x2, act_grad_x2 = activation_value_and_grad(x2_buf.load(acc_layout).to(gl.float32), ACT)
+        x1_buf.store((g * act_x2).to(dh1_desc.dtype))
+        x2_buf.store((g * x1 * act_grad_x2).to(dh2_desc.dtype))
+        if STORE_Z:
+            z_buf.store((x1 * act_x2).to(z_desc.dtype))
+        fence_async_shared()
+        _tma_store(dh1_desc, [row_start, col_start], x1_buf)
+        _tma_store(dh2_desc, [row_start, col_start], x2_buf)
+        if STORE_Z:
+            _tma_store(z_desc, [row_start, col_start], z_buf)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def pingpong_setup(x_desc, w_desc, out_desc, STAGES: gl.constexpr, PAIRED: gl.constexpr, W_KN: gl.constexpr,
+                   OUT_BUFS: gl.constexpr):
+    """Shared memory of a ping-pong kernel: the ring (weight tiles of 2 * BLOCK_N rows if
+    PAIRED, ``[BLOCK_K, BLOCK_N]`` tiles if W_KN), ``OUT_BUFS`` output buffers per consumer
+    (consumer c's are ``c * OUT_BUFS ...``; of ``out_desc``'s dtype and layout), barriers."""
     BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
-    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = out_desc.block_type.shape[1]
     a_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
-    b_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
     if PAIRED:
-        b2_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+        b_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES, 2 * BLOCK_N, w_desc.block_type.shape[1]],
+                                           w_desc.layout)
     else:
-        b2_bufs = b_bufs  # never read
-    c_bufs = gl.allocate_shared_memory(out_desc.dtype, [2, BLOCK_M, BLOCK_N], out_desc.layout)
+        b_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    c_bufs = gl.allocate_shared_memory(out_desc.dtype, [2 * OUT_BUFS, BLOCK_M, BLOCK_N], out_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for stage in gl.static_range(STAGES):
         mbarrier.init(ready.index(stage), count=1)
         mbarrier.init(empty.index(stage), count=1)
-    mbarrier.init(turn.index(0), count=1)
-    mbarrier.init(turn.index(1), count=1)
-    return a_bufs, b_bufs, b2_bufs, c_bufs, ready, empty, turn
+    for consumer in gl.static_range(2):
+        mbarrier.init(turn.index(consumer), count=1)
+    return a_bufs, b_bufs, c_bufs, ready, empty, turn
 
 
 @gluon.constexpr_function

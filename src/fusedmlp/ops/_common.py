@@ -159,17 +159,19 @@ def pingpong_eligible(*tensors: torch.Tensor) -> bool:
 
 
 def launch_pingpong(kernel, config: dict, m: int, n: int, sms: int, x_descs: dict, w_descs: dict,
-                    out_descs: dict, **kwargs):
+                    out_descs: dict, kn_descs: dict = None, **kwargs):
     """Launch a ping-pong kernel (kernels/pingpong.py) over an [m, n] output, one program per SM
     (at most one per tile). ``config`` holds its block sizes and meta-parameters; the
     descriptor arguments are plain tensors, grouped by block shape: tiles of x ``[BLOCK_M,
-    BLOCK_K]``, of the weights ``[BLOCK_N, BLOCK_K]`` and of the outputs ``[BLOCK_M, BLOCK_N]``."""
+    BLOCK_K]``, of ``[n, k]`` weights ``[BLOCK_N, BLOCK_K]``, of the outputs (and anything of
+    their shape) ``[BLOCK_M, BLOCK_N]``, and of ``[k, n]`` weights ``[BLOCK_K, BLOCK_N]``."""
     meta = dict(config)
     block_m, block_n, block_k = (meta.pop(name) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    kn_descs = kn_descs or {}
     blocks = {**dict.fromkeys(x_descs, (block_m, block_k)), **dict.fromkeys(w_descs, (block_n, block_k)),
-              **dict.fromkeys(out_descs, (block_m, block_n))}
+              **dict.fromkeys(out_descs, (block_m, block_n)), **dict.fromkeys(kn_descs, (block_k, block_n))}
     grid = (min(sms, triton.cdiv(m, block_m) * triton.cdiv(n, block_n)),)
-    launch(kernel, grid, **x_descs, **w_descs, **out_descs, **kwargs, **meta, descriptor_blocks=blocks)
+    launch(kernel, grid, **x_descs, **w_descs, **out_descs, **kn_descs, **kwargs, **meta, descriptor_blocks=blocks)
 
 
 def persistent_grid(sms: int, m: int, n: int, block_m: str = "BLOCK_M", block_n: str = "BLOCK_N"):

@@ -43,6 +43,8 @@ from ..kernels.configs import (
     GLU_BWD_BLOCK_M,
     GLU_BWD_CONFIGS,
     GLU_BWD_TMA_CONFIGS,
+    GLU_DH_PINGPONG_CONFIG,
+    GLU_DH_PINGPONG_MAX_K,
     GLU_GEMM_CONFIGS,
     GLU_PINGPONG_CONFIG,
     GLU_STREAM_CONFIGS,
@@ -51,6 +53,7 @@ from ..kernels.configs import (
 )
 from ..kernels.glu import (
     glu_bwd_dh_kernel,
+    glu_bwd_dh_pingpong_kernel,
     glu_bwd_dh_tma_kernel,
     glu_bwd_stream_kernel,
     glu_fwd_kernel,
@@ -153,7 +156,7 @@ def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
     return y, h
 
 
-def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None):
+def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g_scratch=None):
     m, k = x.shape
     out = w1.shape[0]
     acc_torch = acc_dtypes(x.dtype)[1]
@@ -171,7 +174,18 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None):
     grid = lambda meta: (triton.cdiv(m, GLU_BWD_BLOCK_M) * triton.cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
     if h is not None:  # the store mode: a pure stream over g and h (g formed on cuBLAS first if need be)
         if wd is not None:
-            g = g @ wd
+            dh_halves = (dh[:, :out], dh[:, out:])
+            z_or_any = z if store_z else dh_halves[0]
+            if (not has_bias and g.shape[1] <= GLU_DH_PINGPONG_MAX_K
+                    and pingpong_eligible(g, wd, h, *dh_halves, z_or_any)):  # g formed on the tile instead
+                launch_pingpong(
+                    glu_bwd_dh_pingpong_kernel, GLU_DH_PINGPONG_CONFIG, m, out, num_sms(x), {"gy_desc": g}, {},
+                    {"h1_desc": h[:, :out], "h2_desc": h[:, out:], "dh1_desc": dh_halves[0],
+                     "dh2_desc": dh_halves[1], "z_desc": z_or_any},
+                    {"wd_desc": wd}, M=m, OUT=out, KG=g.shape[1], ACT=act, STORE_Z=store_z,
+                )
+                return dh, db_partial, z
+            g = g @ wd if g_scratch is None else torch.mm(g, wd, out=g_scratch)
         _stream_launchers[has_bias].launch(
             grid, g, h, dh, z if store_z else dh, db_partial if has_bias else dh,
             M=m, OUT=out, stride_gm=g.stride(0), stride_gn=g.stride(1), stride_hm=h.stride(0),
@@ -233,26 +247,31 @@ def glu_forward_impl(x, w1, w2, b1, b2, act: str, store_h: bool):
     return y, (h if store_h else h.new_empty((0,)))
 
 
-def glu_backward_dh_impl(g, x, w1, w2, b1, b2, h, act: str, wd=None, store_z: bool = False, in_place=False):
+def glu_backward_dh_impl(g, x, w1, w2, b1, b2, h, act: str, wd=None, store_z: bool = False, in_place=False,
+                         z_out=None):
     """(dh, db, z): the fused elementwise backward of a GLU.
 
     dh = [g * act(x2) | g * x1 * act'(x2)] ([M, 2*out], x's dtype), with h = [x1 | x2]
     recomputed when ``h`` is None; g = ``g`` [M, out], or ``g @ wd`` when ``wd`` [KG, out] is
-    given (``g`` is then [M, KG]; formed on the kernel's tile when h is recomputed, on cuBLAS
-    before the stream when h is given); db = dh.sum(0) in fp32 (fp64 for fp64 inputs), empty
-    without bias; z = x1 * act(x2) if ``store_z``, else empty.
+    given (``g`` is then [M, KG]; formed on the kernel's tile, except on GPUs without the
+    ping-pong kernels with h given, where cuBLAS forms it before the stream); db =
+    dh.sum(0) in fp32 (fp64 for fp64 inputs), empty without bias; z = x1 * act(x2) if
+    ``store_z``, else empty.
 
-    ``in_place`` (h and g given, no ``wd``): dh is written over h and z over g, which are
-    returned as dh and z; the stream then allocates nothing. Safe because each element of
-    dh and z depends only on the h and g elements at its own position, and each step of the
-    stream kernel has loaded its rows before it stores any of them (a barrier between). The
-    stream is never autotuned: a tuner's timing runs would overwrite the inputs first.
+    ``in_place`` (h given): dh is written over h, and z over ``z_out`` ([M, out]) or, without
+    ``wd``, over g itself; these are returned as dh and z. With ``wd``, ``z_out`` is also
+    where cuBLAS puts g if it forms it (z then overwrites it), so the backward allocates
+    nothing. Safe because each element of dh and z depends only on the h and g elements at
+    its own position, and each kernel reads its tile of them before it stores any output
+    there. The stream is never autotuned: a tuner's timing runs would overwrite the inputs.
     """
-    if in_place and (h is None or wd is not None):
-        raise ValueError("in_place needs the stored h and g itself (no wd)")
-    dh_out, z_out = (h, g) if in_place else (None, None)
+    if in_place and (h is None or (wd is not None and z_out is None)):
+        raise ValueError("in_place needs the stored h, and with wd a z_out for z (and g)")
+    dh_out = h if in_place else None
+    z_dest = (g if z_out is None else z_out) if in_place else None
     if use_triton(x):
-        return _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh_out, z_out if store_z else None)
+        return _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh_out, z_dest if store_z else None,
+                              z_dest if wd is not None else None)
     acc = acc_dtypes(x.dtype)[1]
     if h is None:
         h = _glu_h_reference(x, w1, w2, b1, b2)
@@ -262,9 +281,9 @@ def glu_backward_dh_impl(g, x, w1, w2, b1, b2, h, act: str, wd=None, store_z: bo
     dh = torch.cat([g * act_x2, g * x1 * activation_grad_reference(x2, act)], dim=-1)
     db = dh.sum(0) if b1 is not None else dh.new_empty((0,))
     z = (x1 * act_x2).to(x.dtype) if store_z else x.new_empty((0,))
-    if in_place:  # the same contract as the kernel's: results in h's and g's memory
+    if in_place:  # the same contract as the kernels': results in h's (and z_out's or g's) memory
         dh_out.copy_(dh)
-        return dh_out, db, (z_out.copy_(z) if store_z else z)
+        return dh_out, db, (z_dest.copy_(z) if store_z else z)
     return dh.to(x.dtype), db, z
 
 

@@ -11,24 +11,30 @@ the tile).
 Backward, with gy = dL/dy: the pair ``[d_up | d_gate] = [g * silu(gate) | g * up * silu'(gate)]``
 of the down projection's input gradient ``g = gy @ w_down`` is formed by one fused kernel
 (``glu_backward_dh``) and written once as ``dh [M, 2*hidden]``, together with ``z`` for
-``dW_down = gy.T @ z``. With h kept (the default), g is a cuBLAS product and the kernel
-streams g and h; with h recomputed the kernel also forms g on the tile (G_GEMM) beside the
-recomputed products. Then cuBLAS: ``[dW_up; dW_gate] = dh.T @ x`` (one product),
+``dW_down = gy.T @ z``. With h kept (the default), on Hopper with d <= 1024 (16-bit, aligned)
+g is formed on the tile of a ping-pong kernel that reads h there
+(``glu_bwd_dh_pingpong_kernel``); elsewhere g is a cuBLAS product and the kernel streams g
+and h. With h recomputed the kernel forms g on the tile (G_GEMM) beside the recomputed
+products. Then cuBLAS: ``[dW_up; dW_gate] = dh.T @ x`` (one product),
 ``dx = d_up @ w_up + d_gate @ w_gate``.
 
-Memory of the backward with h kept, in eager mode: dh is written over h and z over g, and g
-itself lies in memory that is dead at the time: for the first row chunk in the
-``[dW_up; dW_gate]`` buffer (written only after that chunk's g and z are used), for each later
-chunk in the previous chunk's h rows. Chunks are 2*d rows (so the first g fits) whenever g
-for all rows would exceed 256 MiB; so the backward allocates its gradients and nothing else
-(d=4096, hidden=14336, 16384 tokens: two chunks). The price: such a graph can be
-differentiated once (a second backward with ``retain_graph=True`` raises). In recompute mode,
-and under torch.compile (custom ops do not mutate their inputs), dh, z (and g) are new
-tensors, one row chunk at a time (up to 4 chunks when they would exceed 256 MiB).
+Memory of the backward with h kept, in eager mode: dh is written over h, and z (and g where
+cuBLAS forms it, z then written over it) lies in memory that is dead at the time: for the
+first row chunk in the ``[dW_up; dW_gate]`` buffer (written only after that chunk's z is
+used), for each later chunk in the previous chunk's h rows. Chunks are 2*d rows (so the
+first fits) whenever g for all rows would exceed 256 MiB; so the backward allocates its
+gradients and nothing else (d=4096, hidden=14336, 16384 tokens: two chunks). The price: such
+a graph can be differentiated once (a second backward with ``retain_graph=True`` raises). In
+recompute mode, and under torch.compile (custom ops do not mutate their inputs), dh, z (and
+g) are new tensors, one row chunk at a time (up to 4 chunks when they would exceed 256 MiB).
 
-Why g on cuBLAS when h is kept: with g formed on the tile the kernel carries three
-accumulators and ran at a fraction of cuBLAS's speed (d=512, hidden=1792, 16384 tokens on an
-H200: 285 us against 41 us for the product plus about 70 for the stream; benchmarks/NOTES.md).
+Why g on the tile only up to d = 1024 when h is kept: the dh kernel's consumers hold g and
+three output tiles, which leaves room for 128 x 64 tiles only. Where the short main loop
+leaves the kernel bound by its traffic (d = 512, 1024) it beat cuBLAS's g plus the stream
+(16384 tokens, H200: 116 against 147 us at d=512, 272 against 290 at d=1024); at d = 2048
+the small tiles' main loop fell behind (benchmarks/NOTES.md, "SwiGLU's dh with g on the
+tile"). The Triton form of the same (with h recomputed: three accumulators) ran at a fraction
+of cuBLAS's speed (d=512: 285 us against 41 us for the product plus about 70 for the stream).
 
 Memory modes: ``recompute=False`` (default) keeps ``h = [up | gate]`` ([..., 2*hidden], as
 eager PyTorch and torch.compile keep the two products) and the backward kernel reads it;
@@ -68,8 +74,8 @@ def _forward_impl(x, w_gate, w_up, w_down, store_h):
 def _backward(grad_y, x, w_gate, w_up, w_down, h, needs, traced, in_place=False):
     """(dx, dW_gate, dW_up, dW_down), None where not needed; rows walked in chunks.
     ``traced``: the formula runs under torch.compile's tracing (custom ops only).
-    ``in_place``: dh is written over the stored h and z over g, and g itself goes where
-    memory is dead (``_g_scratch``), so that the backward allocates its gradients only."""
+    ``in_place``: dh is written over the stored h, and z (and g where cuBLAS forms it) goes
+    where memory is dead (``_g_scratch``), so that the backward allocates its gradients only."""
     needs_x, needs_gate, needs_up, needs_down = needs
     hidden = w_up.shape[0]
     wants_pair = needs_gate and needs_up  # [dW_up; dW_gate] as one [2*hidden, d] product
@@ -90,12 +96,12 @@ def _backward(grad_y, x, w_gate, w_up, w_down, h, needs, traced, in_place=False)
         x_rows, gy = x[rows], grad_y[rows]
         if h is None:  # g = gy @ w_down on the fused kernel's tile, beside the recomputed products
             dh, _, z = glu_backward_dh(traced)(gy, x_rows, w_up, w_gate, None, None, None, "silu", w_down, needs_down)
-        elif in_place:  # g on cuBLAS, then a stream that writes dh over h and z over g
-            g = _g_scratch(grad_pair if index == 0 else h[slice(*chunks[index - 1])], stop - start, hidden, gy)
-            dh, _, z = glu_backward_dh_impl(torch.mm(gy, w_down, out=g), x_rows, w_up, w_gate, None, None, h[rows],
-                                            "silu", store_z=needs_down, in_place=True)
+        elif in_place:  # dh over h, z (and g where cuBLAS forms it) in dead memory
+            z_out = _g_scratch(grad_pair if index == 0 else h[slice(*chunks[index - 1])], stop - start, hidden, gy)
+            dh, _, z = glu_backward_dh_impl(gy, x_rows, w_up, w_gate, None, None, h[rows], "silu", w_down,
+                                            store_z=needs_down, in_place=True, z_out=z_out)
         else:  # the same, each output in its own tensor
-            dh, _, z = glu_backward_dh(traced)(gy @ w_down, x_rows, w_up, w_gate, None, None, h[rows], "silu", None,
+            dh, _, z = glu_backward_dh(traced)(gy, x_rows, w_up, w_gate, None, None, h[rows], "silu", w_down,
                                                needs_down)
         d_up, d_gate = dh[:, :hidden], dh[:, hidden:]
         if needs_down:  # before grad_pair is written: z may lie in grad_pair's memory
@@ -119,8 +125,8 @@ def _backward(grad_y, x, w_gate, w_up, w_down, h, needs, traced, in_place=False)
 
 
 def _g_scratch(dead, rows, hidden, like):
-    """Where the in-place backward puts g ([rows, hidden]): memory that holds nothing live
-    yet or any more. For the first chunk, grad_pair ([2*hidden, d], written only after the
+    """Where the in-place backward puts z (and g where cuBLAS forms it; [rows, hidden]):
+    memory that holds nothing live yet or any more. For the first chunk, grad_pair ([2*hidden, d], written only after the
     chunk's g and z are used: chunks of at most 2*d rows fit); for a later chunk, the
     previous chunk's h rows ([rows', 2*hidden], used up by then). Else a new tensor."""
     scratch = None if dead is None else scratch_matrix(dead, rows, hidden)
