@@ -271,9 +271,10 @@ def glu_fwd_pingpong_kernel(
     CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: GLU_PINGPONG_CONFIG
 ):
     """``glu_fwd_tma_kernel`` as a warp-specialised ping-pong kernel (pingpong.py): each ring
-    stage holds the x tile and the W1 and W2 tiles, each consumer two accumulators; block
-    shapes come from the descriptors; 16-bit data."""
-    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w1_desc, y_desc, STAGES, True, False, 1)
+    stage holds the x tile and the W1 and W2 tiles side by side, and each consumer runs one MMA
+    over both (PAIRED) whose accumulator's column halves are x1 and x2; block shapes come from
+    the descriptors (BLOCK_N per weight); 16-bit data."""
+    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w1_desc, y_desc, STAGES, True, 1)
     gl.warp_specialize([
         (pingpong_consumer, (w1_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, c_bufs,
                              ready, empty, turn, M, OUT, K, 0, ACT, HAS_BIAS, STORE_H, True, GROUP_M, STAGES)),
@@ -297,7 +298,7 @@ def glu_bwd_dh_pingpong_kernel(
     the MMA's right operand as loaded; h1 / h2 / dh1 / dh2 describe the halves of h and dh
     ([M, 2*OUT]), z ``[M, OUT]``. dh may be h itself: each tile's h is read before its outputs
     are written. No bias (SwiGLU has none); 16-bit data."""
-    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(gy_desc, wd_desc, dh1_desc, STAGES, False, True, 3)
+    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(gy_desc, wd_desc, dh1_desc, STAGES, False, 3)
     h_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for consumer in gl.static_range(2):
         mbarrier.init(h_ready.index(consumer), count=1)

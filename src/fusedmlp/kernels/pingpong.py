@@ -281,11 +281,10 @@ def pingpong_glu_dh_consumer(
 
 
 @gluon.jit
-def pingpong_setup(x_desc, w_desc, out_desc, STAGES: gl.constexpr, PAIRED: gl.constexpr, W_KN: gl.constexpr,
-                   OUT_BUFS: gl.constexpr):
-    """Shared memory of a ping-pong kernel: the ring (weight tiles of 2 * BLOCK_N rows if
-    PAIRED, ``[BLOCK_K, BLOCK_N]`` tiles if W_KN), ``OUT_BUFS`` output buffers per consumer
-    (consumer c's are ``c * OUT_BUFS ...``; of ``out_desc``'s dtype and layout), barriers."""
+def pingpong_setup(x_desc, w_desc, out_desc, STAGES: gl.constexpr, PAIRED: gl.constexpr, OUT_BUFS: gl.constexpr):
+    """Shared memory of a ping-pong kernel: the ring (weight tiles of ``w_desc``'s block shape,
+    ``[2 * BLOCK_N, BLOCK_K]`` if PAIRED), ``OUT_BUFS`` output buffers per consumer (consumer
+    c's are ``c * OUT_BUFS ...``; of ``out_desc``'s dtype and layout), barriers."""
     BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = out_desc.block_type.shape[1]
     a_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)

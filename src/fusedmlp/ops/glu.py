@@ -172,7 +172,7 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
         return dh, torch.zeros((2 * out,) if has_bias else (0,), dtype=acc_torch, device=x.device), z
     # the pointer kernels: one program per row block x column block
     grid = lambda meta: (triton.cdiv(m, GLU_BWD_BLOCK_M) * triton.cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
-    if h is not None:  # the store mode: a pure stream over g and h (g formed on cuBLAS first if need be)
+    if h is not None:  # the store mode: a stream over g and h (g = gy @ wd on a ping-pong tile, or cuBLAS first)
         if wd is not None:
             dh_halves = (dh[:, :out], dh[:, out:])
             z_or_any = z if store_z else dh_halves[0]

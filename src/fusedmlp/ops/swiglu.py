@@ -126,9 +126,10 @@ def _backward(grad_y, x, w_gate, w_up, w_down, h, needs, traced, in_place=False)
 
 def _g_scratch(dead, rows, hidden, like):
     """Where the in-place backward puts z (and g where cuBLAS forms it; [rows, hidden]):
-    memory that holds nothing live yet or any more. For the first chunk, grad_pair ([2*hidden, d], written only after the
-    chunk's g and z are used: chunks of at most 2*d rows fit); for a later chunk, the
-    previous chunk's h rows ([rows', 2*hidden], used up by then). Else a new tensor."""
+    memory that holds nothing live yet or any more. For the first chunk, grad_pair
+    ([2*hidden, d], written only after the chunk's z is used: chunks of at most 2*d rows
+    fit); for a later chunk, the previous chunk's h rows ([rows', 2*hidden], used up by
+    then). Else a new tensor."""
     scratch = None if dead is None else scratch_matrix(dead, rows, hidden)
     return scratch if scratch is not None else like.new_empty((rows, hidden))
 
