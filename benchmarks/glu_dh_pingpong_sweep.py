@@ -12,6 +12,7 @@ import json, os, sys
 import torch, triton
 import fusedmlp.ops._common as common
 import fusedmlp.ops.glu as glu_ops
+from fusedmlp.bench.harness import graph_us
 
 base = dict(glu_ops.GLU_DH_PINGPONG_CONFIG)
 cfgs = {f"{m}x{n}s{s}g{g}": dict(BLOCK_M=m, BLOCK_N=n, STAGES=s, GROUP_M=g)
@@ -21,11 +22,6 @@ SHAPES = [(16384, 512, 1792), (16384, 1024, 2816), (16384, 2048, 5632), (16384, 
 if len(sys.argv) > 1:
     SHAPES = [s for s in SHAPES if str(s[1]) in sys.argv[1].split(",")]
     cfgs = {k: v for k, v in cfgs.items() if k in sys.argv[2:]}
-
-
-def t(fn):
-    fn(); torch.cuda.synchronize()
-    return triton.testing.do_bench_cudagraph(fn, rep=int(os.environ.get("REP_MS", 200))) * 1e3
 
 
 rows = []
@@ -38,9 +34,9 @@ for tokens, d, hidden in SHAPES:
     w_down = torch.randn(d, hidden, device="cuda", dtype=dt) / hidden**0.5
     h = torch.randn(tokens, 2 * hidden, device="cuda", dtype=dt)
     call = lambda: glu_ops.glu_backward_dh_impl(gy, x, w_up, w_gate, None, None, h, "silu", w_down, True)  # noqa: E731
-    r = dict(shape=[tokens, d, hidden], cublas_g=t(lambda: gy @ w_down))
+    r = dict(shape=[tokens, d, hidden], cublas_g=graph_us(lambda: gy @ w_down))
     common.PINGPONG = False
-    r["cublas_g_stream"] = t(call)
+    r["cublas_g_stream"] = graph_us(call)
     ref_dh, _, ref_z = call()
     common.PINGPONG = True
     for name, c in cfgs.items():
@@ -48,7 +44,7 @@ for tokens, d, hidden in SHAPES:
         dh, _, z = call()
         r[name + "_maxdiff"] = max((dh.float() - ref_dh.float()).abs().max().item(),
                                    (z.float() - ref_z.float()).abs().max().item())
-        r[name] = t(call)
+        r[name] = graph_us(call)
     glu_ops.GLU_DH_PINGPONG_CONFIG = base
     rows.append(r)
     print(json.dumps({k: (round(v, 1) if isinstance(v, float) and not k.endswith("maxdiff") else v) for k, v in r.items()}))

@@ -10,14 +10,18 @@ import json, os, sys
 import torch, triton
 import fusedmlp.ops._common as common
 import fusedmlp.ops.glu as glu_ops
+from fusedmlp.bench.harness import graph_us
 from fusedmlp.ops.glu import glu_forward_impl
 base = dict(glu_ops.GLU_PINGPONG_CONFIG)
 # BLOCK_N is per weight: the consumers' MMA is BLOCK_M x 2 * BLOCK_N
 cfgs = {"64x128s4": dict(BLOCK_M=64, BLOCK_N=128, STAGES=4), "64x128s3": dict(BLOCK_M=64, BLOCK_N=128, STAGES=3),
         "128x64s4": dict(BLOCK_M=128, BLOCK_N=64, STAGES=4), "128x64s5": dict(BLOCK_M=128, BLOCK_N=64, STAGES=5)}
+
+
 def t(fn):
-    fn(); torch.cuda.synchronize()
-    return triton.testing.do_bench_cudagraph(fn, rep=int(os.environ.get("REP_MS", 300))) * 1e3
+    return graph_us(fn, int(os.environ.get("REP_MS", 300)))
+
+
 rows = []
 torch.manual_seed(0)
 SHAPES = [(16384, 512, 1792, "silu"), (8192, 1024, 4096, "gelu_tanh"), (32768, 1024, 4096, "gelu_tanh"),

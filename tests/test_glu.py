@@ -381,9 +381,11 @@ def test_tma_kernels(device, monkeypatch, dtype, recompute, bias):
 
 def test_pingpong_kernel_compiles_for_hopper():
     """The Gluon ping-pong GLU forward compiles for sm_90a with the installed Triton (GEGLU's
-    and SwiGLU's activations, h stored and not), and so does the backward's dh kernel with g
-    formed on the tile (z stored and not)."""
+    and SwiGLU's activations, h stored and not), and so do the backward's dh kernels: h
+    recomputed on the tile (with bias), and h kept with g formed on the tile (z stored and not)."""
     compile_pingpong_for_hopper("glu", "glu_fwd_pingpong_kernel", "GLU_PINGPONG_CONFIG", ["gelu_tanh", "silu"])
+    compile_pingpong_for_hopper("glu", "glu_bwd_dh_recompute_pingpong_kernel", "GLU_DH_RECOMPUTE_PINGPONG_CONFIG",
+                                ["gelu_tanh", "silu"])
     compile_pingpong_for_hopper("glu", "glu_bwd_dh_pingpong_kernel", "GLU_DH_PINGPONG_CONFIG", ["silu", "gelu_tanh"])
 
 
@@ -391,23 +393,28 @@ def test_pingpong_kernel_compiles_for_hopper():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "store"])
 def test_pingpong_forward_on_gpu(monkeypatch, dtype, recompute):
-    """The ping-pong GLU forward (compute capability 9.0): it runs, and output and gradients
-    match float64 in both memory modes (the store mode's h comes from it), with and without
-    bias; on 3 SMs each program walks several tiles, with partial row, column and K tiles."""
+    """The ping-pong GLU forward (compute capability 9.0), and in the recompute mode the
+    ping-pong dh kernel: they run, and output and gradients (db from the dh kernel's
+    partials) match float64 in both memory modes (the store mode's h comes from the forward),
+    with and without bias; on 3 SMs each program walks several tiles, with partial row,
+    column and K tiles."""
     import fusedmlp.ops.glu as glu_ops
 
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the ping-pong kernel is for compute capability 9.0")
     monkeypatch.setattr(glu_ops, "num_sms", lambda t: 3)
-    calls = []
+    kernels = []
     real = glu_ops.launch_pingpong
-    monkeypatch.setattr(glu_ops, "launch_pingpong", lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
+    monkeypatch.setattr(glu_ops, "launch_pingpong",
+                        lambda kernel, *args, **kwargs: kernels.append(kernel) or real(kernel, *args, **kwargs))
     cast = lambda t: None if t is None else t.to(dtype)  # noqa: E731
     for shape, bias in [((1000,), True), ((3, 111), False)]:
         x64, w64, b64, g64 = make_inputs(shape, 200, 392, dtype, "cuda", bias)
         check_against_reference(cast(x64), cast(w64), cast(b64), cast(g64), x64, w64, b64, g64, recompute,
                                 f"ping-pong {shape} bias={bias}")
-    assert calls, "the forward did not take the ping-pong kernel"
+    assert glu_ops.glu_fwd_pingpong_kernel in kernels, "the forward did not take the ping-pong kernel"
+    expected = 2 if recompute else 0
+    assert kernels.count(glu_ops.glu_bwd_dh_recompute_pingpong_kernel) == expected, kernels
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

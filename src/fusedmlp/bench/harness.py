@@ -37,6 +37,20 @@ def median_ms(fn, warmup_ms: int = 100, rep_ms: int = 500) -> float:
     return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
 
 
+def graph_us(fn, rep_ms: int | None = None) -> float:
+    """Median microseconds of ``fn`` replayed in a CUDA graph (kernel time, no host time),
+    after one eager call (compiles, tunes); ``rep_ms`` defaults to $REP_MS, else 200. For
+    the kernel sweeps in benchmarks/."""
+    import os
+
+    import triton.testing
+
+    fn()
+    torch.cuda.synchronize()
+    rep = rep_ms if rep_ms is not None else int(os.environ.get("REP_MS", 200))
+    return float(triton.testing.do_bench_cudagraph(fn, rep=rep)) * 1e3
+
+
 def host_us_per_call(fn, calls: int = 200, runs: int = 5) -> float:
     """Host microseconds per call of ``fn``: the median over ``runs`` of the wall time of
     ``calls`` back-to-back calls with no sync between them (after one warm-up call). Where

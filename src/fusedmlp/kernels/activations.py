@@ -23,7 +23,10 @@ power overflows to inf and the quotient is the correct 0; for very positive z it
 quotient 1. Forward epilogues are bound by this arithmetic where K is short: the ping-pong
 linear forward at 16384 x 512 -> 1792 with bias (bf16, H200) took 76.5 us with gelu_tanh in
 the earlier form (``exp(-|z|)`` and a select on the sign), 63.9 with this one and 58.9 with
-the identity (benchmarks/NOTES.md, "The ping-pong forward").
+the identity (benchmarks/NOTES.md, "The ping-pong forward"). gelu_tanh's derivative is
+``s + z s (1 - s) (D0 + D1 z^2)`` (D0 + D1 z^2 = 2u') from the same exponential: in the
+recompute dh kernel, the form with u and u' as separate tiles made the consumer spill 1.6 KB
+per thread (benchmarks/NOTES.md, "GEGLU's recompute dh as a ping-pong kernel").
 """
 
 import triton
@@ -33,14 +36,15 @@ import triton.language as tl
 ACTIVATIONS = ("identity", "relu", "squared_relu", "gelu", "gelu_tanh", "sigmoid", "silu")
 
 # Globals read inside @triton.jit code must be tl.constexpr.
-_SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)
-_GELU_TANH_CUBIC = tl.constexpr(0.044715)
 _INV_SQRT_2 = tl.constexpr(0.7071067811865476)
 _INV_SQRT_2PI = tl.constexpr(0.3989422804014327)
 _LOG2E = tl.constexpr(1.4426950408889634)
 # gelu_tanh(z) = z / (1 + 2^(z (K0 + K1 z^2))): -2u log2 e = z (K0 + K1 z^2)
 _GELU_TANH_K0 = tl.constexpr(-2.302208198144325)
 _GELU_TANH_K1 = tl.constexpr(-0.1029432395800235)
+# its derivative: s + z s (1 - s) 2u', with 2u' = D0 + D1 z^2
+_GELU_TANH_D0 = tl.constexpr(1.5957691216057308)
+_GELU_TANH_D1 = tl.constexpr(0.21406444881780076)
 
 
 @triton.jit
@@ -90,11 +94,9 @@ def activation_value_and_grad(z, ACT: tl.constexpr):
         grad = cdf + z * _INV_SQRT_2PI * tl.exp(-0.5 * z * z)
     elif ACT == "gelu_tanh":
         z2 = z * z
-        u = _SQRT_2_OVER_PI * z * (1.0 + _GELU_TANH_CUBIC * z2)
-        du = _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_TANH_CUBIC * z2)
-        s = _sigmoid(2.0 * u)
+        s = 1.0 / (1.0 + tl.exp2(z * (_GELU_TANH_K0 + _GELU_TANH_K1 * z2)))
         value = z * s
-        grad = s + 2.0 * z * s * (1.0 - s) * du
+        grad = s + z * s * (1.0 - s) * (_GELU_TANH_D0 + _GELU_TANH_D1 * z2)
     elif ACT == "sigmoid":
         s = _sigmoid(z)
         value = s

@@ -217,6 +217,15 @@ GLU_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "STAGES": 5
 GLU_DH_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "STAGES": 5, "GROUP_M": 1,
                           "CONSUMER_REGS": 232, "LOADER_REGS": 40, "num_warps": 4, "maxnreg": 168}
 GLU_DH_PINGPONG_MAX_K = 1024
+# The recompute mode's dh (h recomputed by the GLU forward's main loop, g read, dh1 and dh2
+# written over g's buffer and a second one per consumer): the forward's 128 x 64 tiles per
+# weight, 4 stages, GROUP_M 16. On an H200 (GEGLU bf16 with bias) 4 stages beat 5 by up to 5%,
+# GROUP_M 16 beat 8 by 1-3% and 4 by up to 6%, and 240 registers per consumer did not help
+# (benchmarks/NOTES.md, "GEGLU's recompute dh as a ping-pong kernel"). BLOCK_M is
+# GLU_BWD_BLOCK_M, the db partials' row block.
+GLU_DH_RECOMPUTE_PINGPONG_CONFIG = {"BLOCK_M": GLU_BWD_BLOCK_M, "BLOCK_N": 64, "BLOCK_K": 64, "STAGES": 4,
+                                    "GROUP_M": 16, "CONSUMER_REGS": 232, "LOADER_REGS": 40, "num_warps": 4,
+                                    "maxnreg": 168}
 
 
 # The interpreter's cost is per program: larger tiles, one config (the persistent kernels run

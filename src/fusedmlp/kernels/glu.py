@@ -17,8 +17,9 @@ Backward, with g = dL/dy, t = act(x2), t' = act'(x2):
 
 ``glu_bwd_dh_kernel`` produces ``dh`` and per-row-block partial sums of ``db`` in one pass
 for the recompute mode: the h tiles are recomputed with the same main loop (memory-optimal:
-only x was saved). ``g`` is read, or (``G_GEMM``, SwiGLU) computed on the tile as the
-down projection's input gradient ``g = gy @ Wd`` (``gy [M, KG]``, ``Wd [KG, OUT]``), so the
+only x was saved; on Hopper ``glu_bwd_dh_recompute_pingpong_kernel`` does it when g is
+read). ``g`` is read, or (``G_GEMM``, SwiGLU) computed on the tile as the down projection's
+input gradient ``g = gy @ Wd`` (``gy [M, KG]``, ``Wd [KG, OUT]``), so the
 pair (dh1, dh2) is formed on chip without a ``[M, OUT]`` round trip; ``STORE_Z`` then also
 writes ``z = x1 * t`` (the down projection's input, which its weight gradient needs). The
 remaining products (``dW = dh.T @ x``, ``dx = dh @ [W1; W2]``) are plain GEMMs done by the
@@ -41,11 +42,12 @@ import triton
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from .activations import activation, activation_value_and_grad
 from .gemm import persistent_tile, stream_row_block, tile_indices, xwT_mainloop, xwT_mainloop_tma
-from .pingpong import pingpong_consumer, pingpong_glu_dh_consumer, pingpong_loader, pingpong_setup
+from .pingpong import (
+    consumer_barriers, pingpong_consumer, pingpong_glu_dh_consumer, pingpong_loader, pingpong_setup,
+)
 
 
 @triton.jit
@@ -299,16 +301,44 @@ def glu_bwd_dh_pingpong_kernel(
     ([M, 2*OUT]), z ``[M, OUT]``. dh may be h itself: each tile's h is read before its outputs
     are written. No bias (SwiGLU has none); 16-bit data."""
     a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(gy_desc, wd_desc, dh1_desc, STAGES, False, 3)
-    h_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for consumer in gl.static_range(2):
-        mbarrier.init(h_ready.index(consumer), count=1)
+    h_ready = consumer_barriers()
+    # no bias: the consumers' bias and db-partial arguments are unused (dh1_desc stands in)
     gl.warp_specialize([
-        (pingpong_glu_dh_consumer, (h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, a_bufs, b_bufs, c_bufs, ready, empty,
-                                    turn, h_ready, M, OUT, KG, 0, ACT, STORE_Z, GROUP_M, STAGES)),
-        (pingpong_glu_dh_consumer, (h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, a_bufs, b_bufs, c_bufs, ready, empty,
-                                    turn, h_ready, M, OUT, KG, 1, ACT, STORE_Z, GROUP_M, STAGES)),
+        (pingpong_glu_dh_consumer, (h1_desc, h2_desc, dh1_desc, dh1_desc, dh1_desc, dh2_desc, z_desc, dh1_desc,
+                                    a_bufs, b_bufs, c_bufs, ready, empty, turn, h_ready, M, OUT, KG,
+                                    0, ACT, False, False, STORE_Z, GROUP_M, STAGES)),
+        (pingpong_glu_dh_consumer, (h1_desc, h2_desc, dh1_desc, dh1_desc, dh1_desc, dh2_desc, z_desc, dh1_desc,
+                                    a_bufs, b_bufs, c_bufs, ready, empty, turn, h_ready, M, OUT, KG,
+                                    1, ACT, False, False, STORE_Z, GROUP_M, STAGES)),
         (pingpong_loader, (gy_desc, wd_desc, wd_desc, a_bufs, b_bufs, ready, empty, M, OUT, KG, GROUP_M, STAGES,
                            False, True)),
+    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+
+
+@gluon.jit
+def glu_bwd_dh_recompute_pingpong_kernel(
+    g_desc, x_desc, w1_desc, w2_desc, b1_ptr, b2_ptr, dh1_desc, dh2_desc, db_partial_ptr,
+    M, OUT, K,
+    ACT: gl.constexpr, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: GLU_DH_RECOMPUTE_PINGPONG_CONFIG
+):
+    """The recompute mode's backward dh (``glu_bwd_dh_tma_kernel`` without G_GEMM and z) as a
+    ping-pong kernel (pingpong.py): x1 and x2 recomputed by the GLU forward's main loop (W1's
+    and W2's tiles side by side, one MMA per stage), g ``[M, OUT]`` read into the consumer's
+    buffer before it and dh1 written over it, so the epilogue's traffic (g in, dh out: three
+    times the forward's y) overlaps the other consumer's main loop. db partials as the Triton
+    kernel's (BLOCK_M must be ``GLU_BWD_BLOCK_M``). 16-bit data."""
+    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w1_desc, dh1_desc, STAGES, True, 2)
+    g_ready = consumer_barriers()
+    gl.warp_specialize([
+        (pingpong_glu_dh_consumer, (g_desc, g_desc, b1_ptr, b2_ptr, dh1_desc, dh2_desc, dh1_desc, db_partial_ptr,
+                                    a_bufs, b_bufs, c_bufs, ready, empty, turn, g_ready, M, OUT, K,
+                                    0, ACT, True, HAS_BIAS, False, GROUP_M, STAGES)),
+        (pingpong_glu_dh_consumer, (g_desc, g_desc, b1_ptr, b2_ptr, dh1_desc, dh2_desc, dh1_desc, db_partial_ptr,
+                                    a_bufs, b_bufs, c_bufs, ready, empty, turn, g_ready, M, OUT, K,
+                                    1, ACT, True, HAS_BIAS, False, GROUP_M, STAGES)),
+        (pingpong_loader, (x_desc, w1_desc, w2_desc, a_bufs, b_bufs, ready, empty, M, OUT, K, GROUP_M,
+                           STAGES, True, False)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 

@@ -36,8 +36,9 @@ BLOCK_N]`` tiles are the MMA's right operand as loaded.
 
 Consumers: ``pingpong_consumer`` serves the fused forwards, ``linear_act_fwd_pingpong_kernel``
 (linear_act.py: y = act(x @ W.T + b)) and ``glu_fwd_pingpong_kernel`` (glu.py:
-y = x1 * act(x2)); ``pingpong_glu_dh_consumer`` the GLU backward's dh with g = gy @ Wd formed
-on the tile (``glu_bwd_dh_pingpong_kernel``, SwiGLU with h kept).
+y = x1 * act(x2)); ``pingpong_glu_dh_consumer`` the GLU backward's dh, with h recomputed on
+the tile (``glu_bwd_dh_recompute_pingpong_kernel``, only x saved) or with h kept and
+g = gy @ Wd formed on the tile (``glu_bwd_dh_pingpong_kernel``, SwiGLU).
 Only for CUDA GPUs of compute capability 9.0 and 16-bit inputs (ops/_common.py
 ``pingpong_eligible``); the interpreter and other GPUs keep the Triton kernels.
 """
@@ -234,49 +235,91 @@ def pingpong_consumer(
 
 @gluon.jit
 def pingpong_glu_dh_consumer(
-    h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, a_bufs, b_bufs, c_bufs, ready, empty, turn, h_ready,
+    in1_desc, in2_desc, b1_ptr, b2_ptr, dh1_desc, dh2_desc, z_desc, db_partial_ptr,
+    a_bufs, b_bufs, c_bufs, ready, empty, turn, in_ready,
     M, N, K,
-    CONSUMER: gl.constexpr, ACT: gl.constexpr, STORE_Z: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+    CONSUMER: gl.constexpr, ACT: gl.constexpr, RECOMPUTE: gl.constexpr, HAS_BIAS: gl.constexpr,
+    STORE_Z: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
 ):
-    """Consumer warpgroup ``CONSUMER`` of a GLU's backward with h kept: for every second tile,
-    g = gy @ Wd (the main loop, ``W_KN``), then with h = [x1 | x2]:
+    """Consumer warpgroup ``CONSUMER`` of a GLU's backward dh: for every second tile, with
+    h = [x1 | x2] and g = dL/dy,
 
         dh1 = g * act(x2),   dh2 = g * x1 * act'(x2),   z = x1 * act(x2)  (if STORE_Z)
 
-    The tile's x1 and x2 are copied (TMA) into this consumer's first two ``c_bufs`` (of
-    ``3 * CONSUMER ... + 2``) before its main loop, which hides their latency; after it, each
-    thread reads its elements, writes dh1 and dh2 over them (the same elements: no thread
-    waits for another) and z into the third buffer, and the three go out by TMA. So the
-    outputs may be written over h itself.
+    and, if HAS_BIAS, the tile's column sums of dh1 and dh2 (from the unrounded fp32 values)
+    into row ``row_start // BLOCK_M`` of ``db_partial`` ([row blocks, 2 * N] fp32).
+
+    - RECOMPUTE (only x was saved): the main loop recomputes x1 and x2 (PAIRED: x @ [W1 | W2].T,
+      plus the biases) and g is read (``in1_desc``);
+    - otherwise (h kept): the main loop forms g = gy @ Wd (``W_KN``) and h is read (``in1_desc``
+      and ``in2_desc``, its halves).
+
+    What is read is copied (TMA) into this consumer's first ``c_bufs`` (of ``OUT_BUFS *
+    CONSUMER ...``, ``OUT_BUFS`` = 2, or 3 with STORE_Z) before its main loop, which hides
+    its latency; after it, each thread reads its elements, writes dh1 and dh2 over them (the
+    same elements: no thread waits for another) and z into the third buffer, and the outputs
+    go out by TMA. So dh may be written over what was read (h, or g).
     """
     BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
     BLOCK_K: gl.constexpr = a_bufs.type.shape[2]
-    BLOCK_N: gl.constexpr = b_bufs.type.shape[2]
+    BLOCK_N: gl.constexpr = dh1_desc.block_type.shape[1]
+    OUT_BUFS: gl.constexpr = c_bufs.type.shape[0] // 2
     acc_layout: gl.constexpr = accumulator_layout(BLOCK_N)
-    x1_buf = c_bufs.index(3 * CONSUMER)
-    x2_buf = c_bufs.index(3 * CONSUMER + 1)
-    z_buf = c_bufs.index(3 * CONSUMER + 2)
-    bar = h_ready.index(CONSUMER)
+    dh1_buf = c_bufs.index(OUT_BUFS * CONSUMER)
+    dh2_buf = c_bufs.index(OUT_BUFS * CONSUMER + 1)
+    bar = in_ready.index(CONSUMER)
     k_tiles = gl.cdiv(K, BLOCK_K)
     for i in range(CONSUMER, program_tiles(M, N, BLOCK_M, BLOCK_N), 2):
         row_start, col_start = tile_start(i, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         tma.store_wait(0)  # the previous tile's stores have read the buffers
-        mbarrier.expect(bar, 2 * h1_desc.block_type.nbytes)
-        _tma_load(h1_desc, [row_start, col_start], bar, x1_buf)
-        _tma_load(h2_desc, [row_start, col_start], bar, x2_buf)
-        g = pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, True, acc_layout)
-        mbarrier.wait(bar, (i // 2) & 1)
-        x1 = x1_buf.load(acc_layout).to(gl.float32)
-        act_x2, act_grad_x2 = activation_value_and_grad(x2_buf.load(acc_layout).to(gl.float32), ACT)
-        x1_buf.store((g * act_x2).to(dh1_desc.dtype))
-        x2_buf.store((g * x1 * act_grad_x2).to(dh2_desc.dtype))
+        if RECOMPUTE:
+            mbarrier.expect(bar, in1_desc.block_type.nbytes)
+            _tma_load(in1_desc, [row_start, col_start], bar, dh1_buf)
+            if HAS_BIAS:
+                bias1 = tile_bias(b1_ptr, col_start, N, BLOCK_N, acc_layout)
+                bias2 = tile_bias(b2_ptr, col_start, N, BLOCK_N, acc_layout)
+            x1, x2 = split_column_halves(
+                pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, False,
+                                  accumulator_layout(2 * BLOCK_N)),
+                acc_layout)
+            if HAS_BIAS:
+                x1 = x1 + bias1
+                x2 = x2 + bias2
+            act_x2, act_grad_x2 = activation_value_and_grad(x2, ACT)
+            # x1 * act'(x2) before g is loaded, so that x1, x2 and act' are dead by then: in
+            # the other order the consumer spilled 0.3-0.6 KB per thread (ptxas, sm_90a)
+            x1_act_grad = x1 * act_grad_x2
+            mbarrier.wait(bar, (i // 2) & 1)
+            g = dh1_buf.load(acc_layout).to(gl.float32)
+        else:
+            mbarrier.expect(bar, 2 * in1_desc.block_type.nbytes)
+            _tma_load(in1_desc, [row_start, col_start], bar, dh1_buf)
+            _tma_load(in2_desc, [row_start, col_start], bar, dh2_buf)
+            g = pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, True, acc_layout)
+            mbarrier.wait(bar, (i // 2) & 1)
+            x1 = dh1_buf.load(acc_layout).to(gl.float32)
+            x2 = dh2_buf.load(acc_layout).to(gl.float32)
+            # here act and g * x1 * act' after the loads (x1 * act' first spilled 0.9 KB with silu)
+            act_x2, act_grad_x2 = activation_value_and_grad(x2, ACT)
+        dh1 = g * act_x2
+        if RECOMPUTE:
+            dh2 = g * x1_act_grad
+        else:
+            dh2 = g * x1 * act_grad_x2
+        dh1_buf.store(dh1.to(dh1_desc.dtype))
+        dh2_buf.store(dh2.to(dh2_desc.dtype))
         if STORE_Z:
-            z_buf.store((x1 * act_x2).to(z_desc.dtype))
+            c_bufs.index(OUT_BUFS * CONSUMER + 2).store((x1 * act_x2).to(z_desc.dtype))
         fence_async_shared()
-        _tma_store(dh1_desc, [row_start, col_start], x1_buf)
-        _tma_store(dh2_desc, [row_start, col_start], x2_buf)
+        _tma_store(dh1_desc, [row_start, col_start], dh1_buf)
+        _tma_store(dh2_desc, [row_start, col_start], dh2_buf)
         if STORE_Z:
-            _tma_store(z_desc, [row_start, col_start], z_buf)
+            _tma_store(z_desc, [row_start, col_start], c_bufs.index(OUT_BUFS * CONSUMER + 2))
+        if HAS_BIAS:  # rows past M read g = 0: they add nothing
+            cols = col_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
+            partial_ptrs = db_partial_ptr + (row_start // BLOCK_M).to(gl.int64) * (2 * N) + cols
+            gl.store(partial_ptrs, gl.sum(dh1, axis=0), mask=cols < N)
+            gl.store(partial_ptrs + N, gl.sum(dh2, axis=0), mask=cols < N)
     tma.store_wait(0)
 
 
@@ -303,6 +346,16 @@ def pingpong_setup(x_desc, w_desc, out_desc, STAGES: gl.constexpr, PAIRED: gl.co
     for consumer in gl.static_range(2):
         mbarrier.init(turn.index(consumer), count=1)
     return a_bufs, b_bufs, c_bufs, ready, empty, turn
+
+
+@gluon.jit
+def consumer_barriers():
+    """One mbarrier per consumer, for what it copies in besides the ring (e.g. a dh kernel's
+    tile of h or g)."""
+    bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for consumer in gl.static_range(2):
+        mbarrier.init(bars.index(consumer), count=1)
+    return bars
 
 
 @gluon.constexpr_function

@@ -153,7 +153,7 @@ PINGPONG = os.environ.get("FUSEDMLP_PINGPONG", "1") not in ("", "0")
 
 
 def pingpong_eligible(*tensors: torch.Tensor) -> bool:
-    """True when a forward over ``tensors`` may run as a ping-pong kernel: the TMA conditions
+    """True when a kernel over ``tensors`` may run as a ping-pong kernel: the TMA conditions
     (``tma_eligible``) on a GPU of compute capability 9.0 (its wgmma and register moves)."""
     return PINGPONG and tma_eligible(*tensors) and _device_properties(tensors[0])[0] == (9, 0)
 

@@ -45,6 +45,7 @@ from ..kernels.configs import (
     GLU_BWD_TMA_CONFIGS,
     GLU_DH_PINGPONG_CONFIG,
     GLU_DH_PINGPONG_MAX_K,
+    GLU_DH_RECOMPUTE_PINGPONG_CONFIG,
     GLU_GEMM_CONFIGS,
     GLU_PINGPONG_CONFIG,
     GLU_STREAM_CONFIGS,
@@ -54,6 +55,7 @@ from ..kernels.configs import (
 from ..kernels.glu import (
     glu_bwd_dh_kernel,
     glu_bwd_dh_pingpong_kernel,
+    glu_bwd_dh_recompute_pingpong_kernel,
     glu_bwd_dh_tma_kernel,
     glu_bwd_stream_kernel,
     glu_fwd_kernel,
@@ -196,6 +198,15 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
         return dh, _db_of(db_partial, has_bias), z
     g_gemm = wd is not None
     dh_halves = (dh[:, :out], dh[:, out:])
+    if not g_gemm and not store_z and pingpong_eligible(x, w1, w2, g, *dh_halves):
+        launch_pingpong(
+            glu_bwd_dh_recompute_pingpong_kernel, GLU_DH_RECOMPUTE_PINGPONG_CONFIG, m, out, num_sms(x),
+            {"x_desc": x}, {"w1_desc": w1, "w2_desc": w2},
+            {"g_desc": g, "dh1_desc": dh_halves[0], "dh2_desc": dh_halves[1]},
+            b1_ptr=_bias_or(b1, dh), b2_ptr=_bias_or(b2, dh), db_partial_ptr=db_partial if has_bias else dh,
+            M=m, OUT=out, K=k, ACT=act, HAS_BIAS=has_bias,
+        )
+        return dh, _db_of(db_partial, has_bias), z
     g_operands = (g, wd) if g_gemm else (g,)
     common = dict(
         M=m, OUT=out, K=k, KG=g.shape[1], M_KEY=autotune_m_key(m),
