@@ -171,6 +171,10 @@ def mlp_reference(x, weights, biases=None, activation="relu", last_activation=No
     """Plain PyTorch: the same stack with ``F.linear`` and the activation of each layer."""
     acts = layer_activations(len(weights), check_activation(activation), check_activation(last_activation))
     biases = [None] * len(weights) if biases is None else biases
+    if x.device.type == "cpu" and x.element_size() == 2 and not x.is_contiguous():
+        # PyTorch 2.13's CPU 16-bit matmul on AMX / avx512_bf16 processors lets NaN in the gap
+        # between the rows of a row-padded x (the fused interaction's output) into the result
+        x = x.contiguous()
     for w, b, act in zip(weights, biases, acts):
         x = activation_reference(torch.nn.functional.linear(x, w, b), act)
     return x
