@@ -149,8 +149,8 @@ def summary_table(rows: list[Measurement]):
 
 def run_cpu_check(dtype):
     """No GPU: the fused model (interpreter) against the float64 eager model on a small DLRM:
-    logits, the dense parameters' gradients, and the tables' in-backward SGD step (lr 1: the
-    change of each table is minus its gradient)."""
+    logits, the dense parameters' gradients, and the tables' in-backward SGD step (the change
+    of each table is minus lr times its gradient)."""
     from ...dlrm.model import DLRMConfig
 
     config = DLRMConfig(cardinalities=tuple(range(5, 31)), embedding_dim=16, bottom_mlp=(32, 16), top_mlp=(32, 1))
@@ -158,9 +158,16 @@ def run_cpu_check(dtype):
     reference = _model("eager", torch.float64, "cpu", config)
     fused = _model("fused", dtype, "cpu", config)
     fused.load_state_dict(reference.state_dict())
-    fused.set_table_optimizer("sgd", lr=1.0)
+    # the tables' gradients are read off an SGD step, (before - after) / lr: a large lr (a power
+    # of two: the division is exact) keeps the step's fp32 rounding, eps |table|, far below it
+    lr = 64.0
+    fused.set_table_optimizer("sgd", lr=lr)
     tables_before = {k: v.clone() for k, v in fused.state_dict().items() if k.startswith("embeddings.")}
-    dense, cats, labels = _inputs(48, config, torch.float64, "cpu")
+    dense, cats, _ = _inputs(48, config, torch.float64, "cpu")
+    # labels 0: the last bias's gradient, a sum over the batch of sigmoid(logit) - label, then
+    # cannot cancel far below its terms (with random labels fp32's rounding of such a sum read
+    # as a 1e-4 relative error in a CI run: no bug)
+    labels = torch.zeros(48, dtype=torch.float64)
     err = lambda a, r: ((a.double() - r).norm() / r.norm()).item()  # noqa: E731
     ref_loss = reference.loss(reference(dense, cats), labels)
     ref_loss.backward()
@@ -169,7 +176,7 @@ def run_cpu_check(dtype):
     ref_params = dict(reference.named_parameters())
     grads = {n: err(p.grad, ref_params[n].grad) for n, p in fused.named_parameters() if p.grad is not None}
     after = fused.state_dict()
-    grads.update({k: err(v - after[k], ref_params[k].grad) for k, v in tables_before.items()})
+    grads.update({k: err((v - after[k]) / lr, ref_params[k].grad) for k, v in tables_before.items()})
     headers = ["dtype", "model", "err logits", "worst err grad (parameter)"]
     worst = max(grads, key=grads.get)
     table = [[str(dtype).replace("torch.", ""), "DLRM 13-32-16 / dot / 367-32-1",
