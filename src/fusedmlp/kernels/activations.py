@@ -25,8 +25,8 @@ linear forward at 16384 x 512 -> 1792 with bias (bf16, H200) took 76.5 us with g
 the earlier form (``exp(-|z|)`` and a select on the sign), 63.9 with this one and 58.9 with
 the identity (benchmarks/NOTES.md, "The ping-pong forward"). gelu_tanh's derivative is
 ``s + z s (1 - s) (D0 + D1 z^2)`` (D0 + D1 z^2 = 2u') from the same exponential: in the
-recompute dh kernel, the form with u and u' as separate tiles made the consumer spill 1.6 KB
-per thread (benchmarks/NOTES.md, "GEGLU's recompute dh as a ping-pong kernel").
+recompute dh kernel, the form with u and u' as separate tiles gave the consumer 1.6 KB of
+spill stores per thread (benchmarks/NOTES.md, "GEGLU's recompute dh as a ping-pong kernel").
 """
 
 import triton
