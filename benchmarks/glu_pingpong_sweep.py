@@ -4,7 +4,7 @@
 
 Each config is checked against the Triton kernel's y and h (max abs difference) before it is
 timed, in recompute (y only) and store (y and h) mode. Arguments: skip the shapes before
-index FIRST_SHAPE and time only the named configs.
+index FIRST_SHAPE and time only the named configs (names without ``g``: the library's GROUP_M).
 """
 import json, os, sys
 import torch, triton
@@ -15,7 +15,8 @@ from fusedmlp.ops.glu import glu_forward_impl
 base = dict(glu_ops.GLU_PINGPONG_CONFIG)
 # BLOCK_N is per weight: the consumers' MMA is BLOCK_M x 2 * BLOCK_N
 cfgs = {"64x128s4": dict(BLOCK_M=64, BLOCK_N=128, STAGES=4), "64x128s3": dict(BLOCK_M=64, BLOCK_N=128, STAGES=3),
-        "128x64s4": dict(BLOCK_M=128, BLOCK_N=64, STAGES=4), "128x64s5": dict(BLOCK_M=128, BLOCK_N=64, STAGES=5)}
+        "128x64s4": dict(BLOCK_M=128, BLOCK_N=64, STAGES=4), "128x64s5": dict(BLOCK_M=128, BLOCK_N=64, STAGES=5),
+        **{f"128x64s5g{g}": dict(BLOCK_M=128, BLOCK_N=64, STAGES=5, GROUP_M=g) for g in (4, 8, 16, 32)}}
 
 
 def t(fn):
@@ -49,5 +50,6 @@ for M, K, OUT, act in SHAPES:
     glu_ops.GLU_PINGPONG_CONFIG = base
     rows.append(r)
     print(json.dumps({k: (round(v, 1) if isinstance(v, float) and not k.endswith("maxdiff") else v) for k, v in r.items()}))
-json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__, rows=rows),
+json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+               command="python benchmarks/glu_pingpong_sweep.py " + " ".join(sys.argv[1:]), rows=rows),
           open(os.path.join(os.environ.get("OUT", "."), "glu_pingpong_sweep.json"), "w"), indent=1)
