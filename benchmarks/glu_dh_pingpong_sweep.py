@@ -8,11 +8,11 @@ each config (BLOCK_M x BLOCK_N, stages, GROUP_M), checked against the two-step p
 abs difference of dh and z: g is rounded to bf16 on the two-step path only). Arguments: only
 the shapes of the named d's, and only the named configs.
 """
-import json, os, sys
-import torch, triton
+import sys
+import torch
 import fusedmlp.ops._common as common
 import fusedmlp.ops.glu as glu_ops
-from fusedmlp.bench.harness import graph_us
+from fusedmlp.bench.harness import graph_us, print_sweep_row, write_sweep
 
 base = dict(glu_ops.GLU_DH_PINGPONG_CONFIG)
 cfgs = {f"{m}x{n}s{s}g{g}": dict(BLOCK_M=m, BLOCK_N=n, STAGES=s, GROUP_M=g)
@@ -47,7 +47,5 @@ for tokens, d, hidden in SHAPES:
         r[name] = graph_us(call)
     glu_ops.GLU_DH_PINGPONG_CONFIG = base
     rows.append(r)
-    print(json.dumps({k: (round(v, 1) if isinstance(v, float) and not k.endswith("maxdiff") else v) for k, v in r.items()}))
-json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-               command="python benchmarks/glu_dh_pingpong_sweep.py " + " ".join(sys.argv[1:]), rows=rows),
-          open(os.path.join(os.environ.get("OUT", "."), "glu_dh_pingpong_sweep.json"), "w"), indent=1)
+    print_sweep_row(r)
+write_sweep("glu_dh_pingpong_sweep", rows)

@@ -6,11 +6,11 @@ Each config is checked against the Triton kernel's y and h (max abs difference) 
 timed, in recompute (y only) and store (y and h) mode. Arguments: skip the shapes before
 index FIRST_SHAPE and time only the named configs (names without ``g``: the library's GROUP_M).
 """
-import json, os, sys
-import torch, triton
+import os, sys
+import torch
 import fusedmlp.ops._common as common
 import fusedmlp.ops.glu as glu_ops
-from fusedmlp.bench.harness import graph_us
+from fusedmlp.bench.harness import graph_us, print_sweep_row, write_sweep
 from fusedmlp.ops.glu import glu_forward_impl
 base = dict(glu_ops.GLU_PINGPONG_CONFIG)
 # BLOCK_N is per weight: the consumers' MMA is BLOCK_M x 2 * BLOCK_N
@@ -49,7 +49,5 @@ for M, K, OUT, act in SHAPES:
         r[name + "_store"] = t(lambda: glu_forward_impl(x, w1, w2, b1, b2, act, True))
     glu_ops.GLU_PINGPONG_CONFIG = base
     rows.append(r)
-    print(json.dumps({k: (round(v, 1) if isinstance(v, float) and not k.endswith("maxdiff") else v) for k, v in r.items()}))
-json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-               command="python benchmarks/glu_pingpong_sweep.py " + " ".join(sys.argv[1:]), rows=rows),
-          open(os.path.join(os.environ.get("OUT", "."), "glu_pingpong_sweep.json"), "w"), indent=1)
+    print_sweep_row(r)
+write_sweep("glu_pingpong_sweep", rows)

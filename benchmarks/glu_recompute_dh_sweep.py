@@ -11,11 +11,11 @@ thread and 24 per loader thread instead of 232 and 40; BLOCK_M is the db partial
 checked against the Triton kernel first (max abs difference of dh and db). Arguments: only
 the shapes of the named d's, and only the named configs.
 """
-import json, os, sys
-import torch, triton
+import sys
+import torch
 import fusedmlp.ops._common as common
 import fusedmlp.ops.glu as glu_ops
-from fusedmlp.bench.harness import graph_us
+from fusedmlp.bench.harness import graph_us, print_sweep_row, write_sweep
 
 base = dict(glu_ops.GLU_DH_RECOMPUTE_PINGPONG_CONFIG)
 cfgs = {f"n{n}s{s}g{g}" + ("r240" if r else ""): dict(BLOCK_N=n, STAGES=s, GROUP_M=g,
@@ -53,7 +53,5 @@ for n, d in SHAPES:
         r[name] = graph_us(call)
     glu_ops.GLU_DH_RECOMPUTE_PINGPONG_CONFIG = base
     rows.append(r)
-    print(json.dumps({k: (round(v, 1) if isinstance(v, float) and not k.endswith("maxdiff") else v) for k, v in r.items()}))
-json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-               command="python benchmarks/glu_recompute_dh_sweep.py " + " ".join(sys.argv[1:]), rows=rows),
-          open(os.path.join(os.environ.get("OUT", "."), "glu_recompute_dh_sweep.json"), "w"), indent=1)
+    print_sweep_row(r)
+write_sweep("glu_recompute_dh_sweep", rows)

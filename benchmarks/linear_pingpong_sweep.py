@@ -7,10 +7,10 @@ kernel under each config (``s``: stages, ``g``: GROUP_M; 128 x 128 tiles), y onl
 checked against the library's config first (max abs difference). Arguments: only the named
 configs.
 """
-import json, os, sys
-import torch, triton
+import sys
+import torch
 import fusedmlp.ops.linear_act as linear_ops
-from fusedmlp.bench.harness import graph_us
+from fusedmlp.bench.harness import graph_us, print_sweep_row, write_sweep
 
 base = dict(linear_ops.LINEAR_PINGPONG_CONFIG)
 cfgs = {f"s{s}g{g}": dict(STAGES=s, GROUP_M=g) for s in (4, 5) for g in (1, 4, 8, 16)}
@@ -32,7 +32,5 @@ for m, k, n, act in SHAPES:
         r[name] = graph_us(call)
     linear_ops.LINEAR_PINGPONG_CONFIG = base
     rows.append(r)
-    print(json.dumps({k: (round(v, 1) if isinstance(v, float) and not k.endswith("maxdiff") else v) for k, v in r.items()}))
-json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-               command="python benchmarks/linear_pingpong_sweep.py " + " ".join(sys.argv[1:]), rows=rows),
-          open(os.path.join(os.environ.get("OUT", "."), "linear_pingpong_sweep.json"), "w"), indent=1)
+    print_sweep_row(r)
+write_sweep("linear_pingpong_sweep", rows)

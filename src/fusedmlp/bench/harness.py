@@ -51,6 +51,25 @@ def graph_us(fn, rep_ms: int | None = None) -> float:
     return float(triton.testing.do_bench_cudagraph(fn, rep=rep)) * 1e3
 
 
+def print_sweep_row(row: dict) -> None:
+    """One row of a kernel sweep (benchmarks/) as a JSON line, times to 0.1 us."""
+    print(json.dumps({k: (round(v, 1) if isinstance(v, float) and not k.endswith("maxdiff") else v)
+                      for k, v in row.items()}))
+
+
+def write_sweep(script: str, rows: list[dict]) -> None:
+    """A kernel sweep's rows, with the device, versions and the command that made them
+    (``python benchmarks/SCRIPT.py ARGS``), to $OUT/SCRIPT.json ($OUT defaults to .)."""
+    import os
+
+    import triton
+
+    record = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                  command=f"python benchmarks/{script}.py " + " ".join(sys.argv[1:]), rows=rows)
+    with open(os.path.join(os.environ.get("OUT", "."), f"{script}.json"), "w") as f:
+        json.dump(record, f, indent=1)
+
+
 def host_us_per_call(fn, calls: int = 200, runs: int = 5) -> float:
     """Host microseconds per call of ``fn``: the median over ``runs`` of the wall time of
     ``calls`` back-to-back calls with no sync between them (after one warm-up call). Where
