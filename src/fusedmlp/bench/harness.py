@@ -6,6 +6,7 @@ import csv
 import importlib
 import datetime
 import json
+import os
 import platform
 import statistics
 import sys
@@ -41,8 +42,6 @@ def graph_us(fn, rep_ms: int | None = None) -> float:
     """Median microseconds of ``fn`` replayed in a CUDA graph (kernel time, no host time),
     after one eager call (compiles, tunes); ``rep_ms`` defaults to $REP_MS, else 200. For
     the kernel sweeps in benchmarks/."""
-    import os
-
     import triton.testing
 
     fn()
@@ -60,8 +59,6 @@ def print_sweep_row(row: dict) -> None:
 def write_sweep(script: str, rows: list[dict]) -> None:
     """A kernel sweep's rows, with the device, versions and the command that made them
     (``python benchmarks/SCRIPT.py ARGS``), to $OUT/SCRIPT.json ($OUT defaults to .)."""
-    import os
-
     import triton
 
     record = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
