@@ -101,6 +101,24 @@ def forcing_tma_config(monkeypatch, ops, launcher, index, sms=3):
         yield
 
 
+def recording_glu_pingpong_launches(monkeypatch, sms=3):
+    """Hopper only (skips elsewhere): the GLU ops size ping-pong grids for ``sms`` SMs (every
+    program walks several tiles on small test shapes), and every ping-pong kernel they launch
+    is appended to the returned list."""
+    import pytest
+
+    import fusedmlp.ops.glu as glu_ops
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the ping-pong kernels are for compute capability 9.0")
+    monkeypatch.setattr(glu_ops, "num_sms", lambda t: sms)
+    kernels = []
+    real = glu_ops.launch_pingpong
+    monkeypatch.setattr(glu_ops, "launch_pingpong",
+                        lambda kernel, *args, **kwargs: kernels.append(kernel) or real(kernel, *args, **kwargs))
+    return kernels
+
+
 def first_store_backward_errors(call: str, reference: str, shapes: dict) -> dict:
     """Relative errors against float64 of the outputs and gradients of the first store-mode
     call of an op on a GPU with the kernels' autotuning on (the test suite turns it off).

@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import (
     TOLERANCE, assert_close, backward_peak_bytes, check_backward_twice, compile_pingpong_for_hopper,
-    first_store_backward_errors, forcing_tma_config, rel_err,
+    first_store_backward_errors, forcing_tma_config, recording_glu_pingpong_launches, rel_err,
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -400,13 +400,7 @@ def test_pingpong_forward_on_gpu(monkeypatch, dtype, recompute):
     column and K tiles."""
     import fusedmlp.ops.glu as glu_ops
 
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the ping-pong kernel is for compute capability 9.0")
-    monkeypatch.setattr(glu_ops, "num_sms", lambda t: 3)
-    kernels = []
-    real = glu_ops.launch_pingpong
-    monkeypatch.setattr(glu_ops, "launch_pingpong",
-                        lambda kernel, *args, **kwargs: kernels.append(kernel) or real(kernel, *args, **kwargs))
+    kernels = recording_glu_pingpong_launches(monkeypatch)
     cast = lambda t: None if t is None else t.to(dtype)  # noqa: E731
     for shape, bias in [((1000,), True), ((3, 111), False)]:
         x64, w64, b64, g64 = make_inputs(shape, 200, 392, dtype, "cuda", bias)

@@ -4,7 +4,7 @@ import pytest
 import torch
 from helpers import (
     TOLERANCE, assert_close, backward_peak_bytes, check_against_float64, check_backward_twice,
-    first_store_backward_errors, rel_err,
+    first_store_backward_errors, recording_glu_pingpong_launches, rel_err,
 )
 
 import fusedmlp
@@ -154,13 +154,7 @@ def test_pingpong_backward_on_gpu(monkeypatch, dtype):
     with z and without; then swiglu's gradients end to end, with and without W_down's."""
     import fusedmlp.ops.glu as glu_ops
 
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the ping-pong kernel is for compute capability 9.0")
-    monkeypatch.setattr(glu_ops, "num_sms", lambda t: 3)
-    kernels = []
-    real = glu_ops.launch_pingpong
-    monkeypatch.setattr(glu_ops, "launch_pingpong",
-                        lambda kernel, *args, **kwargs: kernels.append(kernel) or real(kernel, *args, **kwargs))
+    kernels = recording_glu_pingpong_launches(monkeypatch)
     rows, dim, hidden = 1000, 200, 392
     gy, x, w_gate, w_up = (torch.randn(*shape, dtype=torch.float64) for shape in
                            [(rows, dim), (rows, dim), (hidden, dim), (hidden, dim)])
