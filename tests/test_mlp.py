@@ -246,19 +246,74 @@ def test_backward_reuses_the_forwards_padded_copies(device, small_on_chip, monke
     params = [t.detach().to(dtype).requires_grad_() for t in leaves64]
     calls = []
     original = mlp_ops._zero_padded_rows
-    monkeypatch.setattr(mlp_ops, "_zero_padded_rows", lambda t, width: calls.append(tuple(t.shape)) or original(t, width))
+    monkeypatch.setattr(mlp_ops, "_zero_padded_rows", lambda width, *ts: calls.append(tuple(tuple(t.shape) for t in ts)) or original(width, *ts))
     x = x64.to(dtype)
     y = fusedmlp.mlp(x, params[:3], params[3:], "relu", "sigmoid", recompute=recompute)
-    assert calls == [(37, 70), (80, 70)]
+    assert calls == [((37, 70), (80, 70))]  # one launch for both
     x_alive = weakref.ref(x)
     del x
     assert (x_alive() is None) == (not recompute)
     calls.clear()
     grads = torch.autograd.grad(y, params, g64.to(dtype))
-    assert calls == ([(37, 70), (80, 70)] if recompute else [])
+    assert calls == ([((37, 70), (80, 70))] if recompute else [])
     assert rel_err(y, ref) < TOLERANCE[dtype]
     for i, (got, want) in enumerate(zip(grads, ref_grads)):
         assert rel_err(got, want) < TOLERANCE[dtype], i
+
+
+@pytest.fixture
+def first_layer_gemm(monkeypatch):
+    """Layer 0 as a GEMM of its own wherever the plan allows it (on a GPU: Hopper, 16 bits,
+    FIRST_LAYER_GEMM_MIN_ROWS rows), so that the interpreter runs that path's plumbing too
+    (linear_act's kernels for layer 0, the rest of the stack as one kernel). Counts the
+    launches that copy into zero-padded rows by the shapes each copies."""
+    monkeypatch.setattr(mlp_ops, "pingpong_device", lambda t: True)
+    monkeypatch.setattr(mlp_ops, "FIRST_LAYER_GEMM_MIN_ROWS", 1)
+    calls = []
+    original = mlp_ops._zero_padded_rows
+    monkeypatch.setattr(mlp_ops, "_zero_padded_rows", lambda width, *ts: calls.append(tuple(tuple(t.shape) for t in ts)) or original(width, *ts))
+    return calls
+
+
+@pytest.mark.parametrize("recompute", [False, True], ids=["saves", "recompute"])
+@pytest.mark.parametrize("acts", [("relu", "sigmoid"), ("silu", None)], ids=["relu", "silu"])
+def test_first_layer_as_gemm(device, small_on_chip, first_layer_gemm, acts, recompute):
+    """A wide first layer streamed into a narrow one runs as linear_act's forward plus the rest
+    as one kernel: the same outputs and gradients whatever x's layout, its saved tensor a_1
+    (relu) or z_0 (silu), and x copied into padded rows only when its rows are not 16-byte
+    aligned in place (the interaction's NaN-padded rows are read as they are)."""
+    assert mlp_ops._first_layer_as_gemm(torch.empty(5, 70), mlp_ops.mlp_plan((70, 80, 24, 1), ("relu",) * 3,
+                                                                            (True,) * 3, mlp_ops.FULL_MAX))
+    for transform, copies in ((None, [((37, 70), (80, 70))]), (_nan_padded_rows, [((80, 70),)]),
+                              (lambda t: t.t().contiguous().t(), [((37, 70), (80, 70))])):
+        first_layer_gemm.clear()
+        check_stack([70, 80, 24, 1], device, torch.float32, *acts, recompute=recompute, x_transform=transform,
+                    g_offset=1.0)
+        # one forward (and the recomputing backward's second one): the copies for the fused
+        # forward, then none for the float64 reference and the eager run
+        assert first_layer_gemm == copies * (2 if recompute else 1)
+
+
+def test_first_layer_as_gemm_under_compile(device, small_on_chip, first_layer_gemm):
+    """The fake forward returns the padded copies the real one makes (x's only where its rows
+    are not aligned in place): torch.compile(fullgraph=True) runs the path end to end."""
+    torch._dynamo.reset()
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    x64, weights, biases, _ = make_stack([70, 80, 24, 1], device)
+    params = [t.float().requires_grad_() for t in weights + biases]
+
+    def step(x, *params):
+        return fusedmlp.mlp(x, params[:3], params[3:], "relu", "sigmoid").square().sum()
+
+    for x in (x64.float(), _nan_padded_rows(x64.float())):
+        x = x.requires_grad_() if x.is_leaf else x
+        loss = torch.compile(step, fullgraph=True, backend=backend)(x, *params)
+        grads = torch.autograd.grad(loss, params)
+        eager_loss = step(x, *params)
+        eager = torch.autograd.grad(eager_loss, params)
+        assert rel_err(loss, eager_loss) < 1e-5
+        for got, want in zip(grads, eager):
+            assert rel_err(got, want) < 1e-5
 
 
 def test_empty_batch(device):
@@ -414,6 +469,31 @@ def test_dlrm_mlps_on_gpu(sizes, dtype, batch):
     last = "sigmoid" if sizes[-1] == 1 else "relu"
     check_stack(sizes, "cuda", dtype, "relu", last, batch=(batch,), g_offset=0.5, fp32_bound=1e-3)
     check_stack(sizes, "cuda", dtype, "relu", last, batch=(batch,), recompute=True, g_offset=0.5, fp32_bound=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recompute", [False, True], ids=["saves", "recompute"])
+def test_top_mlp_first_layer_gemm_on_gpu(monkeypatch, recompute):
+    """From FIRST_LAYER_GEMM_MIN_ROWS rows on Hopper in bf16, the top MLP's layer 0 runs as
+    linear_act's ping-pong forward and the rest as one kernel: against float64, x in
+    contiguous 367-wide rows and in the interaction's NaN-padded 368-wide rows (read in place),
+    with and without a tail row block; and a SiLU stack, whose layer 0 saves z_0."""
+    if not mlp_ops.pingpong_device(torch.empty(0, device="cuda", dtype=torch.bfloat16)):
+        pytest.skip("the ping-pong kernels need compute capability 9.0")
+    calls = []
+    original = mlp_ops.linear_act_forward_impl
+    monkeypatch.setattr(mlp_ops, "linear_act_forward_impl", lambda x, *rest: calls.append(x.stride()) or original(x, *rest))
+    for batch in (mlp_ops.FIRST_LAYER_GEMM_MIN_ROWS, 3 * mlp_ops.FIRST_LAYER_GEMM_MIN_ROWS + 77):
+        for transform in (None, _nan_padded_rows):
+            calls.clear()
+            check_stack(DLRM_TOP, "cuda", torch.bfloat16, "relu", None, batch=(batch,), recompute=recompute,
+                        x_transform=transform, g_offset=0.5)
+            # the fused forward (and the recomputing backward's) ran layer 0 on 368-wide rows
+            assert calls == [(368, 1)] * (2 if recompute else 1)
+    calls.clear()
+    check_stack([100, 384, 128, 48], "cuda", torch.bfloat16, "silu", "silu",
+                batch=(mlp_ops.FIRST_LAYER_GEMM_MIN_ROWS + 5,), recompute=recompute)
+    assert calls == [(104, 1)] * (2 if recompute else 1)
 
 
 # Stacks on which Triton 3.6 compiled the chained dots wrong with wgmma tiles on an H200

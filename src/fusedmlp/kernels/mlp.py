@@ -493,16 +493,30 @@ def mlp_reduce_kernel(partial_ptr, out_ptr, TOTAL, SLICES, BLOCK: tl.constexpr, 
 
 
 @triton.jit
-def mlp_pad_rows_kernel(x_ptr, out_ptr, M, stride_xm, stride_xk, COLS: tl.constexpr, WIDTH: tl.constexpr,
-                        BLOCK_M: tl.constexpr, BLOCK_W: tl.constexpr):
-    """``out[:, :COLS] = x`` and ``out[:, COLS:] = 0``: x [M, COLS] (any strides) into the
-    contiguous ``[M, WIDTH]`` rows the forward kernel reads in vectors. ``BLOCK_M`` rows per
-    program, ``BLOCK_W`` columns at a time: 28 us for 65536 x 367 -> 368 in bf16 on an H200
-    (16 x 512), against 57 us for PyTorch's copy into the strided view and 74 us for F.pad."""
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_W).to(tl.int64)  # a column-major x has a column stride of M
+def _pad_rows_block(src_ptr, out_ptr, block, M, stride_m, stride_k, COLS: tl.constexpr, WIDTH: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_W: tl.constexpr):
+    """Rows ``block * BLOCK_M ...`` of ``out[:, :COLS] = src``, ``out[:, COLS:] = 0``."""
+    rows = block.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_W).to(tl.int64)  # a column-major source has a column stride of M
     mask_rows = rows[:, None] < M
     for start in tl.static_range(0, WIDTH, BLOCK_W):
         col = start + cols[None, :]
-        block = tl.load(x_ptr + rows[:, None] * stride_xm + col * stride_xk, mask=mask_rows & (col < COLS), other=0.0)
-        tl.store(out_ptr + rows[:, None] * WIDTH + col, block, mask=mask_rows & (col < WIDTH))
+        tile = tl.load(src_ptr + rows[:, None] * stride_m + col * stride_k, mask=mask_rows & (col < COLS), other=0.0)
+        tl.store(out_ptr + rows[:, None] * WIDTH + col, tile, mask=mask_rows & (col < WIDTH))
+
+
+@triton.jit
+def mlp_pad_rows_kernel(a_ptr, a_out_ptr, M_A, stride_am, stride_ak, b_ptr, b_out_ptr, M_B, stride_bm, stride_bk,
+                        COLS: tl.constexpr, WIDTH: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_W: tl.constexpr):
+    """``out[:, :COLS] = src`` and ``out[:, COLS:] = 0`` for two sources (a, then b; M_B = 0 for
+    one), each [M, COLS] with any strides, into the contiguous ``[M, WIDTH]`` rows the forward
+    kernels read in vectors: x and W_0 in one launch (launches cost host time where steps are
+    host-bound). ``BLOCK_M`` rows per program, ``BLOCK_W`` columns at a time: 28 us for
+    65536 x 367 -> 368 in bf16 on an H200 (16 x 512), against 57 us for PyTorch's copy into
+    the strided view and 74 us for F.pad."""
+    block = tl.program_id(0)
+    a_blocks = tl.cdiv(M_A, BLOCK_M)
+    if block < a_blocks:
+        _pad_rows_block(a_ptr, a_out_ptr, block, M_A, stride_am, stride_ak, COLS, WIDTH, BLOCK_M, BLOCK_W)
+    else:
+        _pad_rows_block(b_ptr, b_out_ptr, block - a_blocks, M_B, stride_bm, stride_bk, COLS, WIDTH, BLOCK_M, BLOCK_W)

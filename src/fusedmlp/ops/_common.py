@@ -152,10 +152,26 @@ def tma_eligible(*tensors: torch.Tensor) -> bool:
 PINGPONG = os.environ.get("FUSEDMLP_PINGPONG", "1") not in ("", "0")
 
 
+def pingpong_device(t: torch.Tensor) -> bool:
+    """True when ``t``'s dtype and device admit the ping-pong kernels: a 16-bit float on a GPU
+    of compute capability 9.0 (its wgmma and register moves), ping-pong on. From metadata
+    alone (fake tensors too); the layout conditions are ``pingpong_eligible``'s."""
+    return (PINGPONG and not INTERPRET and t.is_cuda and t.dtype in (torch.float16, torch.bfloat16)
+            and _device_properties(t)[0] == (9, 0))
+
+
 def pingpong_eligible(*tensors: torch.Tensor) -> bool:
-    """True when a kernel over ``tensors`` may run as a ping-pong kernel: the TMA conditions
-    (``tma_eligible``) on a GPU of compute capability 9.0 (its wgmma and register moves)."""
-    return PINGPONG and tma_eligible(*tensors) and _device_properties(tensors[0])[0] == (9, 0)
+    """True when a kernel over ``tensors`` may run as a ping-pong kernel: ``pingpong_device``
+    and the TMA conditions (``tma_eligible``)."""
+    return pingpong_device(tensors[0]) and tma_eligible(*tensors)
+
+
+def rows_aligned(t: torch.Tensor) -> bool:
+    """True when ``t`` (2-D) has unit column stride and a row stride and start that are
+    multiples of 16 bytes (in its storage: from metadata alone), as TMA reads rows in place."""
+    size = t.element_size()
+    return (t.dim() == 2 and t.stride(1) == 1 and (t.stride(0) * size) % 16 == 0
+            and (t.storage_offset() * size) % 16 == 0)
 
 
 def launch_pingpong(kernel, config: dict, m: int, n: int, sms: int, x_descs: dict, w_descs: dict,

@@ -10,7 +10,9 @@ output at most ``FULL_MAX`` wide, except that a wider layer may be followed by a
 13-512-256-64-16 and 367-512-256-1 (DLRM) run as one kernel; two adjacent layers wider than
 ``FULL_MAX`` (1024-1024-...) do not, and such stacks run layer by layer through
 ``linear_act``, automatically (so do CPU tensors without the Triton interpreter, through its
-PyTorch reference).
+PyTorch reference). On Hopper in 16 bits, from ``FIRST_LAYER_GEMM_MIN_ROWS`` rows, a wide
+first layer fed by a wide input (DLRM's 367 -> 512) runs as linear_act's forward and the rest of the stack as one kernel (two launches; the comment at the constant
+says why).
 
 Backward: the dgrad kernel (every ``dL/dz_i``, and dx, in one pass from the last layer to the
 first; for an input wider than ``FULL_MAX`` dx is one cuBLAS product after it), then one
@@ -60,12 +62,14 @@ from ._common import (
     check_tensor,
     dot_meta,
     num_sms,
+    pingpong_device,
+    rows_aligned,
     shared_memory_per_block,
     use_triton,
     widened,
 )
 from .activations import DERIVATIVE_FROM_OUTPUT, activation_reference, check_activation
-from .linear_act import linear_act
+from .linear_act import linear_act, linear_act_forward_impl
 
 __all__ = ["mlp", "mlp_reference", "mlp_plan", "FULL_MAX"]
 
@@ -77,6 +81,20 @@ FULL_MAX = 256
 # (13) are left alone: a K loop of one step gains nothing from it, and the copies would add
 # launches to small steps that are host-bound already (a choice, not a measurement).
 ALIGN_MIN_WIDTH = 64
+# A first layer that is wide in (at least ALIGN_MIN_WIDTH) and streamed out (wider than
+# FULL_MAX, a narrow layer next: DLRM's top MLP, 367 -> 512 -> 256 -> 1) runs on Hopper in
+# 16 bits, from FIRST_LAYER_GEMM_MIN_ROWS rows, as a GEMM of its own (linear_act's ping-pong
+# forward: TMA, wgmma, the activation in its epilogue), the rest of the stack as one kernel
+# reading that layer's output (which the backward keeps anyway). The whole-stack kernel
+# re-reads x once per 128-column chunk of the wide layer, on mma.sync tiles; TMA also reads
+# the interaction's padded rows in place, so they need no copy. On an H200 in bf16
+# (``benchmarks/mlp_split_sweep.py``, CUDA graphs, copies included), the top MLP's training
+# forward at 4096 / 16384 / 65536 rows: 36 / 50 / 196 us whole, 21 / 40 / 139 split from
+# contiguous rows, 18 / 30 / 111 from the interaction's; inference 139 us whole at 65536, 130
+# and 103 split. The split costs one launch more, 30-40 us of host time on the machines
+# here: it is taken where it saves more GPU time than that (10-20 us at 16384 rows, 57-85 at
+# 65536 in training; plain calls at those sizes are host-bound on this host either way).
+FIRST_LAYER_GEMM_MIN_ROWS = 32768
 # The wgrad kernel sums each dW tile over row slices of at least this many rows, as many
 # slices as it takes to give every multiprocessor about _WGRAD_TILES_PER_SM tiles.
 WGRAD_MIN_SLICE_ROWS = 1024
@@ -196,12 +214,23 @@ def _first_layer_padding(x) -> Optional[int]:
     return None if padded == cols or cols < ALIGN_MIN_WIDTH else padded
 
 
-def _aligned_first_layer(x, w0):
+def _first_layer_as_gemm(x, plan: MLPPlan) -> bool:
+    """True when layer 0 runs as a GEMM of its own (FIRST_LAYER_GEMM_MIN_ROWS says when and
+    why); from metadata alone, so that fake tensors get the same answer. The layer's output
+    width must give 16-byte rows (TMA writes them; the rest of the stack reads them as they are)."""
+    return (plan.roles[0] == "streamed" and plan.widths[0] >= ALIGN_MIN_WIDTH
+            and aligned_width(plan.widths[1], x.element_size()) == plan.widths[1]
+            and x.shape[0] >= FIRST_LAYER_GEMM_MIN_ROWS and pingpong_device(x))
+
+
+def _aligned_first_layer(x, w0, as_gemm: bool = False):
     """(x, W_0) for the forward kernel, both in rows a multiple of 16 bytes long.
 
     A wide input of unaligned width (367: DLRM's top MLP) is copied into zero-padded rows of
     the aligned width (368; ``mlp_pad_rows_kernel``) and W_0 likewise (0.4 MB): with rows of
-    734 bytes every load of x and W_0 would be a 2-byte one.
+    734 bytes every load of x and W_0 would be a 2-byte one. ``as_gemm`` (layer 0 by TMA,
+    which reads rows in place and zero-fills past the last column): x is copied only when its
+    rows are not 16-byte aligned in memory already (the interaction's rows are).
     Measured on an H200 in bf16 (``benchmarks/mlp_fwd_sweep.py``, CUDA-graph timing, 65536
     rows), the top MLP's forward kernel: 306 us on contiguous 367-wide rows (W_0 padded);
     on the interaction's padded rows read in place, whose padding may hold anything (NaN),
@@ -212,7 +241,9 @@ def _aligned_first_layer(x, w0):
     padded = _first_layer_padding(x)
     if padded is None:
         return x, w0
-    return _zero_padded_rows(x, padded), _zero_padded_rows(w0, padded)
+    if as_gemm and rows_aligned(x):
+        return x, _zero_padded_rows(padded, w0)[0]
+    return _zero_padded_rows(padded, x, w0)
 
 
 def _no_padding(like) -> tuple:
@@ -220,22 +251,22 @@ def _no_padding(like) -> tuple:
     return like.new_empty((0,)), like.new_empty((0,))
 
 
-def _padded_first_layer_empty(x, w0) -> tuple:
+def _padded_first_layer_empty(x, w0, plan: MLPPlan) -> tuple:
     """Uninitialised tensors of the shapes ``_launch_forward`` returns as ``padded`` (fake impls)."""
     padded = _first_layer_padding(x)
     if padded is None or x.shape[0] == 0:
         return _no_padding(x)
-    return x.new_empty((x.shape[0], padded)), w0.new_empty((w0.shape[0], padded))
+    x_copied = not (_first_layer_as_gemm(x, plan) and rows_aligned(x))
+    return (x.new_empty((x.shape[0], padded) if x_copied else (0,)), w0.new_empty((w0.shape[0], padded)))
 
 
 def _first_layer_operands(x, w0, padded) -> tuple:
     """(x, W_0) for the backward's cuBLAS products: views of the forward's zero-padded copies
-    when it made them (their rows are 16-byte aligned, so ``_mm_into`` takes them in place
+    where it made them (their rows are 16-byte aligned, so ``_mm_into`` takes them in place
     instead of padding again), else x and W_0 themselves."""
     x_wide, w0_wide = padded
-    if not x_wide.numel():
-        return x, w0
-    return x_wide[:, :w0.shape[1]], w0_wide[:, :w0.shape[1]]
+    cols = w0.shape[1]
+    return (x_wide[:, :cols] if x_wide.numel() else x), (w0_wide[:, :cols] if w0_wide.numel() else w0)
 
 
 def _kept_x(x, padded):
@@ -244,42 +275,70 @@ def _kept_x(x, padded):
     return x if not padded[0].numel() else padded[0].new_empty((0,))
 
 
-def _zero_padded_rows(t, width: int) -> torch.Tensor:
-    """``t`` [M, cols] (any strides) copied into contiguous ``[M, width]`` rows, zeros past
-    ``cols``: one launch of ``mlp_pad_rows_kernel``."""
-    out = t.new_empty((t.shape[0], width))
-    if t.shape[0] == 0:
-        return out
+def _zero_padded_rows(width: int, *tensors) -> tuple:
+    """Each of ``tensors`` (one or two, [rows, cols] of the same cols, any strides) copied into
+    contiguous ``[rows, width]`` rows, zeros past ``cols``: one launch of
+    ``mlp_pad_rows_kernel`` for all."""
+    outs = tuple(t.new_empty((t.shape[0], width)) for t in tensors)
+    a, b = tensors if len(tensors) == 2 else (tensors[0], tensors[0][:0])
+    a_out, b_out = outs if len(outs) == 2 else (outs[0], outs[0])
+    if a.shape[0] + b.shape[0] == 0:
+        return outs
     block_w = min(triton.next_power_of_2(width), 1024)
     block_m = max(1, 8192 // block_w)
-    launch(mlp_pad_rows_kernel, (triton.cdiv(t.shape[0], block_m),), t, out, t.shape[0], t.stride(0), t.stride(1),
-           COLS=t.shape[1], WIDTH=width, BLOCK_M=block_m, BLOCK_W=block_w)
-    return out
+    grid = (triton.cdiv(a.shape[0], block_m) + triton.cdiv(b.shape[0], block_m),)
+    launch(mlp_pad_rows_kernel, grid, a, a_out, a.shape[0], a.stride(0), a.stride(1),
+           b, b_out, b.shape[0], b.stride(0), b.stride(1), COLS=a.shape[1], WIDTH=width, BLOCK_M=block_m,
+           BLOCK_W=block_w)
+    return outs
 
 
 def _launch_forward(x, weights, biases, plan: MLPPlan, save: bool):
     """(y, saved, padded): y [M, out]; saved[i] per ``plan.save`` when ``save``, else empty
-    tensors; padded = (x, W_0) copied into zero-padded rows (``_aligned_first_layer``), or two
-    empty tensors where they were not."""
+    tensors; padded = (x, W_0) copied into zero-padded rows (``_aligned_first_layer``), an
+    empty tensor in place of each that was not."""
+    modes = plan.save if save else ("none",) * plan.layers
+    if x.shape[0] and _first_layer_as_gemm(x, plan):
+        return _launch_forward_first_gemm(x, weights, biases, plan, modes)
+    x_in, w0 = _aligned_first_layer(x, weights[0]) if x.shape[0] else (x, weights[0])
+    y, saved, empty = _launch_stack(x_in, (w0,) + tuple(weights[1:]), biases, plan, modes)
+    return y, saved, ((x_in, w0) if x_in is not x else (empty, empty))
+
+
+def _launch_stack(x, weights, biases, plan: MLPPlan, modes: tuple):
+    """(y, saved, empty): the whole-stack kernel over x and the weights as given (x's rows and
+    W_0's as the kernel is to read them), saving per ``modes``; ``empty``, an empty tensor,
+    stands for each tensor not saved (one allocation: each costs host time)."""
     m = x.shape[0]
     y = x.new_empty((m, plan.widths[-1]))
-    modes = plan.save if save else ("none",) * plan.layers
-    saved = [x.new_empty((m, plan.widths[i + 1]) if mode != "none" else (0,)) for i, mode in enumerate(modes)]
+    empty = x.new_empty((0,))
+    saved = [x.new_empty((m, plan.widths[i + 1])) if mode != "none" else empty for i, mode in enumerate(modes)]
     if m == 0:
-        return y, saved, _no_padding(y)
-    x_in, w0 = _aligned_first_layer(x, weights[0])
-    padded = (x_in, w0) if x_in is not x else _no_padding(y)
-    x = x_in
+        return y, saved, empty
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]),)  # noqa: E731
     _fwd_launcher.launch(
-        grid, x, (w0,) + tuple(weights[1:]), tuple(b if b is not None else y for b in biases), y,
+        grid, x, tuple(weights), tuple(b if b is not None else y for b in biases), y,
         tuple(t if t.numel() else y for t in saved),
         M=m, M_KEY=autotune_m_key(m), stride_xm=x.stride(0), stride_xk=x.stride(1),
-        WIDTHS=(w0.shape[1],) + plan.widths[1:], PADS=plan.pads, ROLES=plan.roles, ACTS=plan.acts,
+        WIDTHS=(weights[0].shape[1],) + plan.widths[1:], PADS=plan.pads, ROLES=plan.roles, ACTS=plan.acts,
         HAS_BIAS=plan.has_bias, SAVE=modes, BLOCK_IN=_block_in(plan), **dot_meta(x.dtype),
         fp64=x.dtype == torch.float64,
     )
-    return y, saved, padded
+    return y, saved, empty
+
+
+def _launch_forward_first_gemm(x, weights, biases, plan: MLPPlan, modes: tuple):
+    """``_launch_forward`` with layer 0 as a GEMM of its own (FIRST_LAYER_GEMM_MIN_ROWS):
+    ``a_1 = act_0(x @ W_0.T + b_0)`` by linear_act's forward, then layers 1.. as one kernel
+    over a_1. a_1 (or z_0, for an activation whose derivative needs it) is layer 0's saved
+    tensor, as the whole-stack kernel would write it."""
+    cols = x.shape[1]
+    x_in, w0_in = _aligned_first_layer(x, weights[0], as_gemm=True)
+    a1, z0 = linear_act_forward_impl(x_in[:, :cols], w0_in[:, :cols], biases[0], plan.acts[0], modes[0] == "pre")
+    rest = mlp_plan(plan.widths[1:], plan.acts[1:], plan.has_bias[1:], FULL_MAX)
+    y, saved, empty = _launch_stack(a1, weights[1:], biases[1:], rest, modes[1:])
+    first = a1 if modes[0] == "out" else (z0 if modes[0] == "pre" else empty)
+    return y, [first] + saved, (x_in if x_in is not x else empty, w0_in if w0_in is not weights[0] else empty)
 
 
 def _wgrad_tile_shapes(plan: MLPPlan, g: torch.Tensor) -> tuple:
@@ -401,7 +460,7 @@ def _mm_into(a, b, out):
         return
     b_wide = widened(b, padded)
     if b_wide is None:
-        b_wide = _zero_padded_rows(b, padded)
+        b_wide = _zero_padded_rows(padded, b)[0]
     out_wide = widened(out, padded)
     if out_wide is not None:
         torch.mm(a, b_wide, out=out_wide)
@@ -428,7 +487,7 @@ def mlp_forward_impl(x, weights, biases, acts: str, save: bool):
     ``save``, and empty otherwise: the recomputing backward pads again rather than keep a
     second copy of x."""
     y, saved, padded = _launch_forward(x, weights, biases, _plan_of(weights, biases, _parse_acts(acts)), save)
-    if not save and padded[0].numel():
+    if not save and (padded[0].numel() or padded[1].numel()):
         padded = _no_padding(y)
     return y, saved, padded
 
@@ -447,7 +506,12 @@ def _mlp_op(x: torch.Tensor, weights: list[torch.Tensor], biases: list[Optional[
             save: bool) -> list[torch.Tensor]:
     """[y, *saved, x padded, W_0 padded] (``mlp_forward_impl``)."""
     y, saved, padded = mlp_forward_impl(x, weights, biases, acts, save)
-    return [y, *saved, *padded]
+    outputs, seen = [y, *saved, *padded], set()
+    for i, t in enumerate(outputs):  # the eager path shares one empty placeholder; a custom
+        if id(t) in seen:            # op's outputs may not alias one another
+            outputs[i] = t.new_empty((0,))
+        seen.add(id(t))
+    return outputs
 
 
 @_mlp_op.register_fake
@@ -455,7 +519,7 @@ def _(x, weights, biases, acts, save):
     plan = _plan_of(weights, biases, _parse_acts(acts))
     modes = plan.save if save else ("none",) * plan.layers
     m = x.shape[0]
-    padded = _padded_first_layer_empty(x, weights[0]) if save else _no_padding(x)
+    padded = _padded_first_layer_empty(x, weights[0], plan) if save else _no_padding(x)
     return [x.new_empty((m, plan.widths[-1]))] + [
         x.new_empty((m, plan.widths[i + 1]) if mode != "none" else (0,)) for i, mode in enumerate(modes)
     ] + list(padded)
