@@ -228,6 +228,19 @@ def test_unaligned_wide_input_aligned_rows(device, dtype, small_on_chip):
         check_stack([70, 80, 24, 1], device, dtype, "relu", "sigmoid", g_offset=1.0, x_transform=x_transform)
 
 
+def record_padding_launches(monkeypatch) -> list:
+    """Each launch that copies into zero-padded rows, recorded as the shapes it copies."""
+    calls = []
+    original = mlp_ops._zero_padded_rows
+
+    def recording(width, *tensors):
+        calls.append(tuple(tuple(t.shape) for t in tensors))
+        return original(width, *tensors)
+
+    monkeypatch.setattr(mlp_ops, "_zero_padded_rows", recording)
+    return calls
+
+
 @pytest.mark.parametrize("recompute", [False, True])
 def test_backward_reuses_the_forwards_padded_copies(device, small_on_chip, monkeypatch, recompute):
     """A training forward keeps its zero-padded copies of x and W_0 for the backward, which
@@ -244,9 +257,7 @@ def test_backward_reuses_the_forwards_padded_copies(device, small_on_chip, monke
     ref = mlp_ops.mlp_reference(x64.to(dtype).double(), leaves64[:3], leaves64[3:], "relu", "sigmoid")
     ref_grads = torch.autograd.grad(ref, leaves64, g64)
     params = [t.detach().to(dtype).requires_grad_() for t in leaves64]
-    calls = []
-    original = mlp_ops._zero_padded_rows
-    monkeypatch.setattr(mlp_ops, "_zero_padded_rows", lambda width, *ts: calls.append(tuple(tuple(t.shape) for t in ts)) or original(width, *ts))
+    calls = record_padding_launches(monkeypatch)
     x = x64.to(dtype)
     y = fusedmlp.mlp(x, params[:3], params[3:], "relu", "sigmoid", recompute=recompute)
     assert calls == [((37, 70), (80, 70))]  # one launch for both
@@ -269,10 +280,7 @@ def first_layer_gemm(monkeypatch):
     launches that copy into zero-padded rows by the shapes each copies."""
     monkeypatch.setattr(mlp_ops, "pingpong_device", lambda t: True)
     monkeypatch.setattr(mlp_ops, "FIRST_LAYER_GEMM_MIN_ROWS", 1)
-    calls = []
-    original = mlp_ops._zero_padded_rows
-    monkeypatch.setattr(mlp_ops, "_zero_padded_rows", lambda width, *ts: calls.append(tuple(tuple(t.shape) for t in ts)) or original(width, *ts))
-    return calls
+    return record_padding_launches(monkeypatch)
 
 
 @pytest.mark.parametrize("recompute", [False, True], ids=["saves", "recompute"])
@@ -306,11 +314,11 @@ def test_first_layer_as_gemm_under_compile(device, small_on_chip, first_layer_ge
         return fusedmlp.mlp(x, params[:3], params[3:], "relu", "sigmoid").square().sum()
 
     for x in (x64.float(), _nan_padded_rows(x64.float())):
-        x = x.requires_grad_() if x.is_leaf else x
+        x.requires_grad_()
         loss = torch.compile(step, fullgraph=True, backend=backend)(x, *params)
-        grads = torch.autograd.grad(loss, params)
+        grads = torch.autograd.grad(loss, [x] + params)
         eager_loss = step(x, *params)
-        eager = torch.autograd.grad(eager_loss, params)
+        eager = torch.autograd.grad(eager_loss, [x] + params)
         assert rel_err(loss, eager_loss) < 1e-5
         for got, want in zip(grads, eager):
             assert rel_err(got, want) < 1e-5
@@ -482,7 +490,8 @@ def test_top_mlp_first_layer_gemm_on_gpu(monkeypatch, recompute):
         pytest.skip("the ping-pong kernels need compute capability 9.0")
     calls = []
     original = mlp_ops.linear_act_forward_impl
-    monkeypatch.setattr(mlp_ops, "linear_act_forward_impl", lambda x, *rest: calls.append(x.stride()) or original(x, *rest))
+    monkeypatch.setattr(mlp_ops, "linear_act_forward_impl",
+                        lambda x, *rest: calls.append(x.stride()) or original(x, *rest))
     for batch in (mlp_ops.FIRST_LAYER_GEMM_MIN_ROWS, 3 * mlp_ops.FIRST_LAYER_GEMM_MIN_ROWS + 77):
         for transform in (None, _nan_padded_rows):
             calls.clear()

@@ -11,8 +11,8 @@ output at most ``FULL_MAX`` wide, except that a wider layer may be followed by a
 ``FULL_MAX`` (1024-1024-...) do not, and such stacks run layer by layer through
 ``linear_act``, automatically (so do CPU tensors without the Triton interpreter, through its
 PyTorch reference). On Hopper in 16 bits, from ``FIRST_LAYER_GEMM_MIN_ROWS`` rows, a wide
-first layer fed by a wide input (DLRM's 367 -> 512) runs as linear_act's forward and the rest of the stack as one kernel (two launches; the comment at the constant
-says why).
+first layer fed by a wide input (DLRM's 367 -> 512) runs as linear_act's forward and the
+rest of the stack as one kernel (the comment at that constant says when and why).
 
 Backward: the dgrad kernel (every ``dL/dz_i``, and dx, in one pass from the last layer to the
 first; for an input wider than ``FULL_MAX`` dx is one cuBLAS product after it), then one
