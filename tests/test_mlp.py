@@ -302,26 +302,33 @@ def test_first_layer_as_gemm(device, small_on_chip, first_layer_gemm, acts, reco
         assert first_layer_gemm == copies * (2 if recompute else 1)
 
 
+def check_compiled_stack(device, x, params, activation, last_activation, recompute=False):
+    """A loss over ``fusedmlp.mlp`` (3 layers: params = 3 weights, then 3 biases) under
+    torch.compile(fullgraph=True) against the same step run eagerly: loss and the gradients
+    of x and every parameter."""
+    torch._dynamo.reset()
+    backend = "inductor" if device == "cuda" else "aot_eager"
+
+    def step(x, *params):
+        return fusedmlp.mlp(x, params[:3], params[3:], activation, last_activation,
+                            recompute=recompute).square().sum()
+
+    loss = torch.compile(step, fullgraph=True, backend=backend)(x, *params)
+    grads = torch.autograd.grad(loss, [x] + params)
+    eager_loss = step(x, *params)
+    eager = torch.autograd.grad(eager_loss, [x] + params)
+    assert rel_err(loss, eager_loss) < 1e-5
+    for got, want in zip(grads, eager):
+        assert rel_err(got, want) < 1e-5
+
+
 def test_first_layer_as_gemm_under_compile(device, small_on_chip, first_layer_gemm):
     """The fake forward returns the padded copies the real one makes (x's only where its rows
     are not aligned in place): torch.compile(fullgraph=True) runs the path end to end."""
-    torch._dynamo.reset()
-    backend = "inductor" if device == "cuda" else "aot_eager"
     x64, weights, biases, _ = make_stack([70, 80, 24, 1], device)
     params = [t.float().requires_grad_() for t in weights + biases]
-
-    def step(x, *params):
-        return fusedmlp.mlp(x, params[:3], params[3:], "relu", "sigmoid").square().sum()
-
     for x in (x64.float(), _nan_padded_rows(x64.float())):
-        x.requires_grad_()
-        loss = torch.compile(step, fullgraph=True, backend=backend)(x, *params)
-        grads = torch.autograd.grad(loss, [x] + params)
-        eager_loss = step(x, *params)
-        eager = torch.autograd.grad(eager_loss, [x] + params)
-        assert rel_err(loss, eager_loss) < 1e-5
-        for got, want in zip(grads, eager):
-            assert rel_err(got, want) < 1e-5
+        check_compiled_stack(device, x.requires_grad_(), params, "relu", "sigmoid")
 
 
 def test_empty_batch(device):
@@ -392,22 +399,9 @@ def test_bad_inputs(device, case, exc, match):
 
 @pytest.mark.parametrize("recompute", [False, True], ids=["saves", "recompute"])
 def test_torch_compile_fullgraph(device, recompute, small_on_chip):
-    torch._dynamo.reset()
-    backend = "inductor" if device == "cuda" else "aot_eager"
     x, weights, biases, _ = make_stack([13, 80, 24, 16], device)
     params = [t.float().requires_grad_() for t in weights + biases]
-    x = x.float().requires_grad_()
-
-    def step(x, *params):
-        return fusedmlp.mlp(x, params[:3], params[3:], "silu", "sigmoid", recompute=recompute).square().sum()
-
-    loss = torch.compile(step, fullgraph=True, backend=backend)(x, *params)
-    grads = torch.autograd.grad(loss, [x] + params)
-    eager_loss = step(x, *params)
-    eager = torch.autograd.grad(eager_loss, [x] + params)
-    assert rel_err(loss, eager_loss) < 1e-5
-    for got, want in zip(grads, eager):
-        assert rel_err(got, want) < 1e-5
+    check_compiled_stack(device, x.float().requires_grad_(), params, "silu", "sigmoid", recompute)
 
 
 def test_fused_mlp_is_a_drop_in(device):
