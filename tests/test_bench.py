@@ -138,11 +138,15 @@ def test_dlrm_suite_cpu_check_shapes_and_summary(capsys):
 
     assert dlrm_suite.check_shape((2048,)) is None and "BATCH" in dlrm_suite.check_shape((2048, 13))
     rows = [harness.Measurement("dlrm", {"batch": 4096}, "float32", impl, "train", ms=ms)
-            for impl, ms in (("fused", 1.0), ("eager", 2.0), ("compile", 4.0))]
+            for impl, ms in (("fused", 1.0), ("eager", 2.0), ("compile", 4.0), ("fused_graph", 0.5),
+                             ("compile_graph", 3.0))]
     headers, table = dlrm_suite.summary_table(rows)
     line = dict(zip(headers, table[0]))
     assert line["fused M/s"] == pytest.approx(4.096) and line["fused/eager"] == pytest.approx(0.5)
     assert line["fused/compile"] == pytest.approx(0.25)
+    # the plain fused step is not set against a graphed peer; the graphed one against every peer
+    assert "fused/compile_graph" not in line and line["fused_graph/compile_graph"] == pytest.approx(0.5 / 3)
+    assert line["fused_graph/eager"] == pytest.approx(0.25)
     if torch.cuda.is_available():
         return
     assert cli.main(["bench", "dlrm", "--dtype", "fp32"]) == 0

@@ -141,7 +141,7 @@ def test_dlrm_two_gpus_equal_one(small_data, tmp_path, graph):
     """NCCL: 2 GPUs x 25 rows = one GPU on 50-row batches (fused impl; with --cuda-graph the
     captured step holds the collectives)."""
     two, one = tmp_path / "two.pt", tmp_path / "one.pt"
-    extra = ["--cuda-graph"] if graph else []
+    extra = ["--cuda-graph", "on" if graph else "off"]
     torchrun(2, "-m", "fusedmlp.dlrm.train", *_train_args(small_data, "--impl", "fused", "--device", "cuda",
                                                            "--batch-size", "25", "--steps", "6", *extra,
                                                            "--checkpoint", str(two)), device="cuda")

@@ -9,7 +9,7 @@ import torch
 
 from conftest import DEVICE
 from fusedmlp.dlrm import DLRM, DLRMConfig
-from fusedmlp.dlrm.train import add_train_arguments, evaluate_checkpoint, train
+from fusedmlp.dlrm.train import add_train_arguments, evaluate_checkpoint, resolve_cuda_graph, train
 
 SMALL = dict(cardinalities=tuple(range(3, 29)), embedding_dim=8, bottom_mlp=(24, 8), top_mlp=(16, 1))
 
@@ -136,6 +136,21 @@ def test_backward_thread_choice_trains_the_same(tmp_path):
     _assert_same_run(*paths, tolerance=0.0)
 
 
+def test_cuda_graph_choice():
+    """--cuda-graph: auto (default) captures the fused step on a GPU only; the bare flag means on;
+    on without a GPU is refused before any work."""
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert _args(None).cuda_graph == "auto" and _args(None, "--cuda-graph").cuda_graph == "on"
+    assert _args(None, "--cuda-graph", "off").cuda_graph == "off"
+    assert resolve_cuda_graph("auto", "fused", gpu) and not resolve_cuda_graph("auto", "fused", cpu)
+    assert not resolve_cuda_graph("auto", "eager", gpu) and not resolve_cuda_graph("auto", "compile", gpu)
+    assert resolve_cuda_graph("on", "eager", gpu) and not resolve_cuda_graph("off", "fused", gpu)
+    with pytest.raises(SystemExit, match="needs a CUDA device"):
+        resolve_cuda_graph("on", "fused", cpu)
+    with pytest.raises(ValueError, match="auto, on or off"):
+        resolve_cuda_graph("yes", "fused", gpu)
+
+
 def test_cli_train_eval_synth_preprocess(tmp_path, capsys):
     pytest.importorskip("pyarrow")
     from fusedmlp.cli import main
@@ -181,7 +196,7 @@ def test_backward_thread_choice_trains_the_same_on_gpu(tmp_path, impl):
     paths = [tmp_path / f"{where}.pt" for where in ("caller", "device")]
     for where, path in zip(("caller", "device"), paths):
         train(_gpu_args("--impl", impl, "--optimizer", "adagrad", "--batch-size", "1000", "--steps", "20",
-                        "--seed", "4", "--backward-thread", where, "--checkpoint", str(path)))
+                        "--seed", "4", "--backward-thread", where, "--cuda-graph", "off", "--checkpoint", str(path)))
     _assert_same_run(*paths, tolerance=1e-5)
 
 
@@ -189,12 +204,14 @@ def test_backward_thread_choice_trains_the_same_on_gpu(tmp_path, impl):
 @pytest.mark.parametrize("impl,optimizer", [("fused", "adagrad"), ("eager", "sgd")])
 def test_cuda_graph_step_matches_the_plain_step(tmp_path, impl, optimizer):
     """--cuda-graph replays the captured step (and runs the short last batch plainly): the same
-    weights and optimizer state as the plain run, and a resume from its checkpoint continues."""
+    weights and optimizer state as the plain run, and a resume from its checkpoint continues.
+    The default (auto) captures the fused step and leaves eager's plain."""
     plain, graphed, resumed = (tmp_path / f"{n}.pt" for n in ("plain", "graphed", "resumed"))
     common = ["--impl", impl, "--optimizer", optimizer, "--batch-size", "1000", "--seed", "5"]
-    result = train(_gpu_args(*common, "--steps", "40", "--checkpoint", str(plain)))
+    result = train(_gpu_args(*common, "--steps", "40", "--cuda-graph", "off", "--checkpoint", str(plain)))
     graph_result = train(_gpu_args(*common, "--steps", "40", "--cuda-graph", "--checkpoint", str(graphed)))
     assert graph_result["cuda_graph"] and not result["cuda_graph"]
+    assert train(_gpu_args(*common, "--steps", "2"))["cuda_graph"] == (impl == "fused")
     a, b = torch.load(plain, weights_only=False), torch.load(graphed, weights_only=False)
     assert a["progress"] == b["progress"] == {"step": 40, "epoch": 2, "position": 4000}  # 18 steps/epoch, last short
     for name in a["model"]:

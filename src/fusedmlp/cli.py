@@ -268,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "eager,compile,compile_max,liger,gemm (liger when liger_kernel is installed); lora: "
                             "fused,fused_in_loop,eager,compile,compile_max,gemm; add_mul_act: fused_triton,fused_cuda,eager,"
                             "compile; mlp: fused,fused_recompute,fused_graph,eager,compile,compile_max,cuda_graph; dlrm: fused,"
-                            "fused_graph,eager,eager_sparse,compile")
+                            "fused_graph,eager,eager_sparse,compile,eager_graph,compile_graph")
     bench.add_argument("--max-autotune", action="store_true",
                        help="also time torch.compile(mode='max-autotune') (compiles for minutes)")
     bench.add_argument("--modes", default=None, help="comma-separated subset of fwd,bwd,fwd+bwd (mlp: fwd,fwd+bwd; "

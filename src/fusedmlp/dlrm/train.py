@@ -55,6 +55,18 @@ def resolve_impl(impl: str, device: torch.device) -> str:
     return impl
 
 
+def resolve_cuda_graph(choice: str, impl: str, device: torch.device) -> bool:
+    """Whether the training step is captured in a CUDA graph. ``auto`` (the default): for the
+    fused path on a GPU, where the plain step's dozens of launches and their Python cost more
+    host time than the GPU spends at small and mid batches; eager and compile keep the plain
+    step unless asked (``on``)."""
+    if choice not in ("auto", "on", "off"):
+        raise ValueError(f"cuda_graph must be auto, on or off, got {choice!r}")
+    if choice == "on" and device.type != "cuda":
+        raise SystemExit("--cuda-graph needs a CUDA device")
+    return choice == "on" or (choice == "auto" and impl == "fused" and device.type == "cuda")
+
+
 def build_model(config: DLRMConfig, impl: str, device, sparse: bool = False):
     """(model, forward): the DLRM on ``device`` and what to call it through (the model, or the
     model under torch.compile for ``impl="compile"``)."""
@@ -300,9 +312,7 @@ def train(args) -> dict:
     total_steps = args.steps if args.steps is not None else args.epochs * steps_per_epoch
     history = []
     graphed = None
-    if args.cuda_graph:
-        if device.type != "cuda":
-            raise SystemExit("--cuda-graph needs a CUDA device")
+    if resolve_cuda_graph(args.cuda_graph, impl, device):
         if rows >= global_batch and progress["step"] < total_steps:
             graphed = GraphedTrainStep(model, forward, optimizer, train_t, global_batch, parallel=parallel,
                                        backward_thread=args.backward_thread)
@@ -344,7 +354,8 @@ def train(args) -> dict:
                           f"{metrics['log_loss']:.4f}  accuracy {metrics['accuracy']:.4f}")
         if args.checkpoint and (at_end or (args.save_every and progress["step"] % args.save_every == 0)):
             if main:
-                save_checkpoint(args.checkpoint, model, optimizer, progress, _run_args(args, seed, impl, parallel))
+                save_checkpoint(args.checkpoint, model, optimizer, progress,
+                                _run_args(args, seed, impl, parallel, graphed is not None))
             parallel.barrier()
     bar.close()
     if profiler is not None:
@@ -368,10 +379,10 @@ def train(args) -> dict:
     return result
 
 
-def _run_args(args, seed, impl, parallel: DataParallel) -> dict:
+def _run_args(args, seed, impl, parallel: DataParallel, cuda_graph: bool) -> dict:
     return {"seed": seed, "impl": impl, "batch_size": args.batch_size, "optimizer": args.optimizer, "lr": args.lr,
             "data": None if args.data is None else str(args.data), "sparse": args.sparse,
-            "cuda_graph": args.cuda_graph, "world_size": parallel.world}
+            "cuda_graph": cuda_graph, "world_size": parallel.world}
 
 
 def evaluate_checkpoint(args) -> dict:
@@ -406,9 +417,11 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sparse", action="store_true",
                         help="sparse gradients for the eager/compile tables (the fused tables never form "
                              "a gradient: their update is fused into the backward)")
-    parser.add_argument("--cuda-graph", action="store_true",
-                        help="capture the training step in a CUDA graph and replay it (one launch per step: "
-                             "for small batches, where launches dominate; a GPU only)")
+    parser.add_argument("--cuda-graph", nargs="?", const="on", default="auto", choices=("auto", "on", "off"),
+                        help="capture the training step in a CUDA graph and replay it, one launch per step "
+                             "(the same updates as the plain step; a short last batch runs plainly). "
+                             "Default auto: on for --impl fused on a GPU, where the plain step is bound by "
+                             "host time; off otherwise. --cuda-graph alone means on (a GPU only)")
     parser.add_argument("--backward-thread", choices=("caller", "device"), default="caller",
                         help="run each backward on the training thread (default) or on autograd's per-device "
                              "worker thread (PyTorch's default); same results, and a step bound by host time is "

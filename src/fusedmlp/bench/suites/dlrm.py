@@ -15,8 +15,12 @@ Implementations:
     compile        eager under torch.compile (dense gradients)
     fused          fusedmlp's kernels: the MLPs, the interaction, one lookup kernel for all
                    tables whose backward applies SGD to the touched rows (no table gradient)
-    fused_graph    the fused step captured in a CUDA graph and replayed (the trainer's
-                   --cuda-graph; the step also gathers the batch's rows, as the trainer's does)
+    fused_graph    the fused step captured in a CUDA graph and replayed (what the trainer runs for
+                   the fused path on a GPU, --cuda-graph auto; the step also gathers the batch's
+                   rows, as the trainer's does)
+    eager_graph    the eager step (dense table gradients) captured in a CUDA graph the same way
+    compile_graph  the compiled step captured in a CUDA graph the same way (the peer of
+                   fused_graph: neither pays launch or Python time per kernel)
 The table is in samples/s (batch / median step time); ratios are fused over each peer's time.
 """
 
@@ -34,8 +38,8 @@ SHAPE_PRESETS = {
     "full": [(2048,), (4096,), (8192,), (16384,), (32768,), (65536,)],
 }
 DEFAULT_SHAPES = SHAPE_PRESETS["default"]
-IMPLS = ("fused", "fused_graph", "eager", "eager_sparse", "compile")
-PEERS = ("eager", "eager_sparse", "compile")
+IMPLS = ("fused", "fused_graph", "eager", "eager_sparse", "compile", "eager_graph", "compile_graph")
+PEERS = ("eager", "eager_sparse", "compile", "eager_graph", "compile_graph")
 MODES = ("train", "infer")
 LR = 0.01
 
@@ -71,7 +75,7 @@ def _steps(impl: str, dtype, batch: int):
     from ...dlrm.train import DLRMOptimizer, GraphedTrainStep
 
     model = _model(impl, dtype)
-    forward = torch.compile(model) if impl == "compile" else model
+    forward = torch.compile(model) if impl.startswith("compile") else model
     optimizer = DLRMOptimizer(model, "sgd", LR)  # the fused tables take SGD in their backward
     dense, cats, labels = _inputs(batch, model.config, dtype)
 
@@ -85,7 +89,7 @@ def _steps(impl: str, dtype, batch: int):
         with torch.no_grad():
             return forward(dense, cats)
 
-    if impl == "fused_graph":
+    if impl.endswith("_graph"):
         graphed = GraphedTrainStep(model, forward, optimizer, (dense, cats, labels), batch)
         rows = torch.arange(batch, device=dense.device)
         return {"train": lambda: graphed(rows), "infer": capture_cuda_graph(infer)[0].replay}, model
@@ -131,18 +135,21 @@ TABLE_NOTE = "million samples/s per impl; a/b = a's median step time over b's (b
 
 
 def summary_table(rows: list[Measurement]):
-    """One line per (batch, mode): million samples/s per impl, then fused time over each peer's."""
+    """One line per (batch, mode): million samples/s per impl, then fused time over each peer's
+    (the plain fused step over the plain peers', the graphed one over every peer's)."""
     impls = [i for i in IMPLS if any(r.impl == i for r in rows)]
     fused = [i for i in impls if i.startswith("fused")]
     peers = [i for i in impls if i in PEERS]
     lookup = {(r.shape["batch"], r.mode, r.impl): r for r in rows}
     keys = list(dict.fromkeys((r.shape["batch"], r.mode) for r in rows))
-    headers = ["batch", "mode"] + [f"{i} M/s" for i in impls] + [f"{f}/{p}" for f in fused for p in peers]
+    # the plain fused step against the plain peers; the graphed one against every peer
+    pairs = [(f, p) for f in fused for p in peers if f.endswith("_graph") or not p.endswith("_graph")]
+    headers = ["batch", "mode"] + [f"{i} M/s" for i in impls] + [f"{f}/{p}" for f, p in pairs]
     table = []
     for batch, mode in keys:
         ms = {i: (lookup[(batch, mode, i)].ms if (batch, mode, i) in lookup else None) for i in impls}
         line = [batch, mode] + [(batch / (ms[i] * 1e-3) / 1e6 if ms[i] else None) for i in impls]
-        line += [(ms[f] / ms[p] if ms[f] and ms[p] else None) for f in fused for p in peers]
+        line += [(ms[f] / ms[p] if ms[f] and ms[p] else None) for f, p in pairs]
         table.append(line)
     return headers, table
 
