@@ -331,6 +331,44 @@ def test_first_layer_as_gemm_under_compile(device, small_on_chip, first_layer_ge
         check_compiled_stack(device, x.requires_grad_(), params, "relu", "sigmoid")
 
 
+@pytest.fixture
+def split_when_graphed(monkeypatch):
+    """Layer 0 as a GEMM of its own only in graph_capture_mode (FIRST_LAYER_GEMM_MIN_ROWS out
+    of reach, the graphed threshold 1); records the rows of each linear_act forward of layer 0."""
+    monkeypatch.setattr(mlp_ops, "pingpong_device", lambda t: True)
+    monkeypatch.setattr(mlp_ops, "FIRST_LAYER_GEMM_MIN_ROWS", 2**62)
+    monkeypatch.setattr(mlp_ops, "FIRST_LAYER_GEMM_MIN_ROWS_GRAPHED", 1)
+    calls = []
+    original = mlp_ops.linear_act_forward_impl
+    monkeypatch.setattr(mlp_ops, "linear_act_forward_impl", lambda x, *rest: calls.append(x.shape[0]) or
+                        original(x, *rest))
+    return calls
+
+
+@pytest.mark.parametrize("recompute", [False, True], ids=["saves", "recompute"])
+def test_graph_capture_mode_splits_the_first_layer(device, small_on_chip, split_when_graphed, recompute):
+    """Inside fusedmlp.graph_capture_mode the eager path takes the first-layer split from
+    FIRST_LAYER_GEMM_MIN_ROWS_GRAPHED rows (the recomputing backward too), with the same
+    outputs and gradients; outside it the stack stays one kernel."""
+    check_stack([70, 80, 24, 1], device, torch.float32, "relu", "sigmoid", recompute=recompute, g_offset=1.0)
+    assert split_when_graphed == []
+    with fusedmlp.graph_capture_mode():
+        check_stack([70, 80, 24, 1], device, torch.float32, "relu", "sigmoid", recompute=recompute, g_offset=1.0,
+                    x_transform=_nan_padded_rows)
+    assert split_when_graphed == [37] * (2 if recompute else 1)
+    assert not fusedmlp._cuda_graph.in_graph_capture_mode()
+
+
+def test_graph_capture_mode_leaves_the_compiled_op_alone(device, small_on_chip, split_when_graphed):
+    """The custom op under torch.compile decides from metadata alone (its fake must agree with
+    it), so the mode does not reach it: the compiled step matches the eager one, which splits."""
+    x64, weights, biases, _ = make_stack([70, 80, 24, 1], device)
+    params = [t.float().requires_grad_() for t in weights + biases]
+    with fusedmlp.graph_capture_mode():
+        check_compiled_stack(device, x64.float().requires_grad_(), params, "relu", "sigmoid")
+    assert split_when_graphed == [37]  # the eager run's forward only
+
+
 def test_empty_batch(device):
     x, weights, biases, _ = make_stack([13, 40, 16], device, batch=(0,))
     for t in [x] + weights + biases:
@@ -497,6 +535,56 @@ def test_top_mlp_first_layer_gemm_on_gpu(monkeypatch, recompute):
     check_stack([100, 384, 128, 48], "cuda", torch.bfloat16, "silu", "silu",
                 batch=(mlp_ops.FIRST_LAYER_GEMM_MIN_ROWS + 5,), recompute=recompute)
     assert calls == [(104, 1)] * (2 if recompute else 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recompute", [False, True], ids=["saves", "recompute"])
+def test_top_mlp_step_replayed_from_a_cuda_graph(monkeypatch, recompute):
+    """A training step of the top MLP captured by fusedmlp.capture_cuda_graph, whose
+    graph_capture_mode runs layer 0 as a GEMM of its own from FIRST_LAYER_GEMM_MIN_ROWS_GRAPHED
+    rows (the plain call at that size keeps one kernel), replayed on new values copied into the
+    captured inputs: the output and every gradient against float64, x in contiguous rows and
+    copied into the interaction's NaN-padded rows inside the step."""
+    if not mlp_ops.pingpong_device(torch.empty(0, device="cuda", dtype=torch.bfloat16)):
+        pytest.skip("the ping-pong kernels need compute capability 9.0")
+    calls = []
+    original = mlp_ops.linear_act_forward_impl
+    monkeypatch.setattr(mlp_ops, "linear_act_forward_impl", lambda x, *rest: calls.append(x.shape) or
+                        original(x, *rest))
+    m, bf16 = mlp_ops.FIRST_LAYER_GEMM_MIN_ROWS_GRAPHED, torch.bfloat16
+    for transform in (None, _nan_padded_rows):
+        x64, weights, biases, g64 = make_stack(DLRM_TOP, "cuda", True, (m,))
+        leaves = [t.to(bf16).requires_grad_() for t in [x64] + weights + biases]
+        gy = g64.to(bf16)
+
+        def step():
+            x = transform(leaves[0]) if transform else leaves[0]
+            y = fusedmlp.mlp(x, leaves[1:4], leaves[4:], "relu", None, recompute=recompute)
+            return (y, *torch.autograd.grad(y, leaves, gy))
+
+        calls.clear()
+        graph, outputs = fusedmlp.capture_cuda_graph(step, warmup=2)
+        assert calls == [(m, 367)] * (3 * (2 if recompute else 1))  # 2 warm-ups and the capture, all split
+        fresh = make_stack(DLRM_TOP, "cuda", True, (m,))
+        with torch.no_grad():
+            for leaf, value in zip(leaves, [fresh[0]] + fresh[1] + fresh[2]):
+                leaf.copy_(value)
+            gy.copy_(fresh[3] + 0.5)  # as check_stack's g_offset: sums over rows that do not cancel
+        graph.replay()
+
+        def reference_step(dtype):
+            inputs = [t.detach().to(dtype).requires_grad_() for t in leaves]
+            y = fusedmlp.mlp_reference(inputs[0], inputs[1:4], inputs[4:], "relu", None)
+            return [y, *torch.autograd.grad(y, inputs, gy.to(dtype))]
+
+        # the bound as check_stack's: bf16's tolerance, or twice eager PyTorch's own error in bf16
+        want, eager = reference_step(torch.float64), reference_step(bf16)
+        for name, got, ref, base in zip(["y", "x", "W0", "W1", "W2", "b0", "b1", "b2"], outputs, want, eager):
+            bound = max(TOLERANCE[bf16], 2 * rel_err(base, ref))
+            assert rel_err(got, ref) < bound, (name, rel_err(got, ref), bound)
+    calls.clear()
+    fusedmlp.mlp(leaves[0], leaves[1:4], leaves[4:], "relu", None)
+    assert calls == []  # outside the mode, that many rows stay on the whole-stack kernel
 
 
 # Stacks on which Triton 3.6 compiled the chained dots wrong with wgmma tiles on an H200

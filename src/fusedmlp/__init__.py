@@ -37,6 +37,8 @@ _EXPORTS = {
     "patch": "fusedmlp.nn.patch",
     "unpatch": "fusedmlp.nn.patch",
     "tensor_parallel": "fusedmlp.nn.tensor_parallel",
+    "graph_capture_mode": "fusedmlp._cuda_graph",
+    "capture_cuda_graph": "fusedmlp._cuda_graph",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

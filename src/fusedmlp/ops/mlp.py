@@ -12,7 +12,9 @@ output at most ``FULL_MAX`` wide, except that a wider layer may be followed by a
 ``linear_act``, automatically (so do CPU tensors without the Triton interpreter, through its
 PyTorch reference). On Hopper in 16 bits, from ``FIRST_LAYER_GEMM_MIN_ROWS`` rows, a wide
 first layer fed by a wide input (DLRM's 367 -> 512) runs as linear_act's forward and the
-rest of the stack as one kernel (the comment at that constant says when and why).
+rest of the stack as one kernel (the comment at that constant says when and why); in eager
+mode inside ``fusedmlp.graph_capture_mode`` (a step to be replayed from a CUDA graph), from
+``FIRST_LAYER_GEMM_MIN_ROWS_GRAPHED`` rows.
 
 Backward: the dgrad kernel (every ``dL/dz_i``, and dx, in one pass from the last layer to the
 first; for an input wider than ``FULL_MAX`` dx is one cuBLAS product after it), then one
@@ -47,6 +49,7 @@ from typing import Optional, Sequence
 import torch
 import triton
 
+from .._cuda_graph import in_graph_capture_mode
 from ..kernels.configs import INTERPRET, MLP_DGRAD_CONFIGS, MLP_FWD_CONFIGS, Launcher
 from ..kernels.launch import launch
 from ..kernels.mlp import (
@@ -95,6 +98,13 @@ ALIGN_MIN_WIDTH = 64
 # here: it is taken where it saves more GPU time than that (10-20 us at 16384 rows, 57-85 at
 # 65536 in training; plain calls at those sizes are host-bound on this host either way).
 FIRST_LAYER_GEMM_MIN_ROWS = 32768
+# In ``graph_capture_mode`` (a step captured in a CUDA graph and replayed: no host time per
+# launch) the split is taken from this many rows, the fewest measured: the same sweep gave the
+# training forward 15 us split against 33 whole at 512 and 1024 rows, 18-19 against 34 at 2048
+# (inference 16 against 26-27); the captured top-MLP step of ``fusedmlp bench mlp``
+# (``benchmarks/mlp_graph_split.py``) 67 against 85 us forward+backward at 2048 rows, 124
+# against 136 at 8192.
+FIRST_LAYER_GEMM_MIN_ROWS_GRAPHED = 512
 # The wgrad kernel sums each dW tile over row slices of at least this many rows, as many
 # slices as it takes to give every multiprocessor about _WGRAD_TILES_PER_SM tiles.
 WGRAD_MIN_SLICE_ROWS = 1024
@@ -214,13 +224,17 @@ def _first_layer_padding(x) -> Optional[int]:
     return None if padded == cols or cols < ALIGN_MIN_WIDTH else padded
 
 
-def _first_layer_as_gemm(x, plan: MLPPlan) -> bool:
+def _first_layer_as_gemm(x, plan: MLPPlan, graphed: bool = False) -> bool:
     """True when layer 0 runs as a GEMM of its own (FIRST_LAYER_GEMM_MIN_ROWS says when and
-    why); from metadata alone, so that fake tensors get the same answer. The layer's output
-    width must give 16-byte rows (TMA writes them; the rest of the stack reads them as they are)."""
+    why; ``graphed``: for replay from a CUDA graph, FIRST_LAYER_GEMM_MIN_ROWS_GRAPHED); from
+    metadata alone, so that fake tensors get the same answer (the custom op never passes
+    ``graphed``). The layer's output width must give 16-byte rows (TMA writes them; the rest of
+    the stack reads them as they are)."""
+    min_rows = min(FIRST_LAYER_GEMM_MIN_ROWS, FIRST_LAYER_GEMM_MIN_ROWS_GRAPHED) if graphed \
+        else FIRST_LAYER_GEMM_MIN_ROWS
     return (plan.roles[0] == "streamed" and plan.widths[0] >= ALIGN_MIN_WIDTH
             and aligned_width(plan.widths[1], x.element_size()) == plan.widths[1]
-            and x.shape[0] >= FIRST_LAYER_GEMM_MIN_ROWS and pingpong_device(x))
+            and x.shape[0] >= min_rows and pingpong_device(x))
 
 
 def _aligned_first_layer(x, w0, as_gemm: bool = False):
@@ -293,12 +307,12 @@ def _zero_padded_rows(width: int, *tensors) -> tuple:
     return outs
 
 
-def _launch_forward(x, weights, biases, plan: MLPPlan, save: bool):
+def _launch_forward(x, weights, biases, plan: MLPPlan, save: bool, graphed: bool = False):
     """(y, saved, padded): y [M, out]; saved[i] per ``plan.save`` when ``save``, else empty
     tensors; padded = (x, W_0) copied into zero-padded rows (``_aligned_first_layer``), an
     empty tensor in place of each that was not."""
     modes = plan.save if save else ("none",) * plan.layers
-    if x.shape[0] and _first_layer_as_gemm(x, plan):
+    if x.shape[0] and _first_layer_as_gemm(x, plan, graphed):
         return _launch_forward_first_gemm(x, weights, biases, plan, modes)
     x_in, w0 = _aligned_first_layer(x, weights[0]) if x.shape[0] else (x, weights[0])
     y, saved, empty = _launch_stack(x_in, (w0,) + tuple(weights[1:]), biases, plan, modes)
@@ -481,23 +495,25 @@ def _plan_of(weights, biases, acts: tuple) -> MLPPlan:
     return mlp_plan(widths, acts, tuple(b is not None for b in biases), FULL_MAX)
 
 
-def mlp_forward_impl(x, weights, biases, acts: str, save: bool):
+def mlp_forward_impl(x, weights, biases, acts: str, save: bool, graphed: bool = False):
     """(y, saved, padded) of a fusable stack (``acts``: the per-layer names joined by commas);
     ``padded`` (x and W_0 in zero-padded rows, or empty tensors) is kept for the backward when
     ``save``, and empty otherwise: the recomputing backward pads again rather than keep a
-    second copy of x."""
-    y, saved, padded = _launch_forward(x, weights, biases, _plan_of(weights, biases, _parse_acts(acts)), save)
+    second copy of x. ``graphed``: pick the kernels for replay from a CUDA graph."""
+    plan = _plan_of(weights, biases, _parse_acts(acts))
+    y, saved, padded = _launch_forward(x, weights, biases, plan, save, graphed)
     if not save and (padded[0].numel() or padded[1].numel()):
         padded = _no_padding(y)
     return y, saved, padded
 
 
-def mlp_backward_impl(g, x, weights, biases, saved, y, acts: str, recompute: bool, needs_dx: bool, padded):
-    """(dx, grads) of a fusable stack; ``recompute`` first reruns the forward to get ``saved``
-    (and ``padded``)."""
+def mlp_backward_impl(g, x, weights, biases, saved, y, acts: str, recompute: bool, needs_dx: bool, padded,
+                      graphed: bool = False):
+    """(dx, grads) of a fusable stack; ``recompute`` first reruns the forward (``graphed`` as
+    for ``mlp_forward_impl``) to get ``saved`` (and ``padded``)."""
     plan = _plan_of(weights, biases, _parse_acts(acts))
     if recompute:
-        y, saved, padded = _launch_forward(x, weights, biases, plan, True)
+        y, saved, padded = _launch_forward(x, weights, biases, plan, True, graphed)
     return _launch_backward(g, x, weights, saved, y, plan, needs_dx, padded)
 
 
@@ -557,8 +573,9 @@ class _MLPFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, acts, recompute, *params):
         weights, biases = params[0::2], params[1::2]
-        y, saved, padded = mlp_forward_impl(x, weights, biases, acts, not recompute)
-        ctx.acts, ctx.recompute = acts, recompute
+        graphed = in_graph_capture_mode()  # (the custom op, whose fake must agree, never asks)
+        y, saved, padded = mlp_forward_impl(x, weights, biases, acts, not recompute, graphed)
+        ctx.acts, ctx.recompute, ctx.graphed = acts, recompute, graphed
         ctx.save_for_backward(_kept_x(x, padded), y, *padded, *params, *saved)
         return y
 
@@ -570,7 +587,7 @@ class _MLPFunction(torch.autograd.Function):
         weights, biases = params[0::2], params[1::2]
         needs_dx = ctx.needs_input_grad[0]
         dx, grads = mlp_backward_impl(grad_y, x, weights, biases, saved, y, ctx.acts, ctx.recompute, needs_dx,
-                                      (x_wide, w0_wide))
+                                      (x_wide, w0_wide), ctx.graphed)
         return (dx if needs_dx else None, None, None, *_split_grads(grads, weights, biases, ctx.needs_input_grad[3:]))
 
 
