@@ -6,8 +6,10 @@ but the last, which gets ReLU too when OUT > 1 (DLRM's bottom MLP) and a sigmoid
 Implementations, side by side in one run on one device:
     fused            fusedmlp.mlp (one forward kernel; dgrad + wgrad kernels backward)
     fused_recompute  the same keeping only x for the backward (recompute=True)
-    fused_graph      fused captured in a CUDA graph like cuda_graph below: what fusion gains
-                     once launch and host overhead are gone on both sides
+    fused_graph      fused captured in a CUDA graph like cuda_graph below (both through
+                     fusedmlp.capture_cuda_graph, whose graph_capture_mode lets the fused op
+                     pick kernels by GPU time): what fusion gains once launch and host
+                     overhead are gone on both sides
     eager            F.linear + activation per layer: what nn.Sequential runs
     compile          the same function under torch.compile (default mode)
     compile_max      torch.compile(mode="max-autotune") (only with --max-autotune)
