@@ -149,6 +149,8 @@ def test_cuda_graph_choice():
         resolve_cuda_graph("on", "fused", cpu)
     with pytest.raises(ValueError, match="auto, on or off"):
         resolve_cuda_graph("yes", "fused", gpu)
+    with pytest.raises(SystemExit, match="needs a CUDA device"):  # the trainer refuses it up front
+        train(_args(None, "--cuda-graph", "on"))
 
 
 def test_cli_train_eval_synth_preprocess(tmp_path, capsys):

@@ -279,6 +279,7 @@ def train(args) -> dict:
     device = _device(device_name)
     main = parallel.is_main
     impl = resolve_impl(args.impl, device)
+    use_graph = resolve_cuda_graph(args.cuda_graph, impl, device)  # before any work: it may refuse
     resume = load_checkpoint(args.resume) if args.resume else None
     seed = resume["args"]["seed"] if resume else args.seed
     torch.manual_seed(seed)
@@ -312,7 +313,7 @@ def train(args) -> dict:
     total_steps = args.steps if args.steps is not None else args.epochs * steps_per_epoch
     history = []
     graphed = None
-    if resolve_cuda_graph(args.cuda_graph, impl, device):
+    if use_graph:
         if rows >= global_batch and progress["step"] < total_steps:
             graphed = GraphedTrainStep(model, forward, optimizer, train_t, global_batch, parallel=parallel,
                                        backward_thread=args.backward_thread)
