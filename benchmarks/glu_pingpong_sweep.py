@@ -3,8 +3,10 @@
     python benchmarks/glu_pingpong_sweep.py [FIRST_SHAPE CONFIG ...]     (writes $OUT/glu_pingpong_sweep.json)
 
 Each config is checked against the Triton kernel's y and h (max abs difference) before it is
-timed, in recompute (y only) and store (y and h) mode. Arguments: skip the shapes before
-index FIRST_SHAPE and time only the named configs (names without ``g``: the library's GROUP_M).
+timed, in recompute (y only) and store (y and h) mode; ``library``: the configs the library
+picks (cooperative for y alone from K = GLU_COOPERATIVE_MIN_K). Arguments: skip the shapes before
+index FIRST_SHAPE and time only the named configs (names without ``g``: the library's GROUP_M;
+``coop``: the cooperative form, both consumers on one tile of twice BLOCK_M rows).
 """
 import os, sys
 import torch
@@ -12,11 +14,14 @@ import fusedmlp.ops._common as common
 import fusedmlp.ops.glu as glu_ops
 from fusedmlp.bench.harness import graph_us, print_sweep_row, write_sweep
 from fusedmlp.ops.glu import glu_forward_impl
-base = dict(glu_ops.GLU_PINGPONG_CONFIG)
+base, coop_base = dict(glu_ops.GLU_PINGPONG_CONFIG), dict(glu_ops.GLU_COOPERATIVE_CONFIG)
 # BLOCK_N is per weight: the consumers' MMA is BLOCK_M x 2 * BLOCK_N
 cfgs = {"64x128s4": dict(BLOCK_M=64, BLOCK_N=128, STAGES=4), "64x128s3": dict(BLOCK_M=64, BLOCK_N=128, STAGES=3),
         "128x64s4": dict(BLOCK_M=128, BLOCK_N=64, STAGES=4), "128x64s5": dict(BLOCK_M=128, BLOCK_N=64, STAGES=5),
-        **{f"128x64s5g{g}": dict(BLOCK_M=128, BLOCK_N=64, STAGES=5, GROUP_M=g) for g in (4, 8, 16, 32)}}
+        **{f"128x64s5g{g}": dict(BLOCK_M=128, BLOCK_N=64, STAGES=5, GROUP_M=g) for g in (4, 8, 16, 32)},
+        # cooperative: both consumers on one 256-row tile, 128 rows each
+        **{f"coop128x64s{s}g{g}": dict(BLOCK_M=128, BLOCK_N=64, STAGES=s, GROUP_M=g, COOPERATIVE=True)
+           for s in (3, 4) for g in (4, 8, 16)}}
 
 
 def t(fn):
@@ -41,13 +46,16 @@ for M, K, OUT, act in SHAPES:
     r["triton_store"] = t(lambda: glu_forward_impl(x, w1, w2, b1, b2, act, True))
     ref = glu_forward_impl(x, w1, w2, b1, b2, act, True)
     common.PINGPONG = True
+    r["library"] = t(lambda: glu_forward_impl(x, w1, w2, b1, b2, act, False))
+    r["library_store"] = t(lambda: glu_forward_impl(x, w1, w2, b1, b2, act, True))
     for name, c in cfgs.items():
-        glu_ops.GLU_PINGPONG_CONFIG = dict(base, **c)
+        # the named config whichever form the library would pick
+        glu_ops.GLU_PINGPONG_CONFIG = glu_ops.GLU_COOPERATIVE_CONFIG = dict(base, **c)
         y, h = glu_forward_impl(x, w1, w2, b1, b2, act, True)
         r[name + "_maxdiff"] = max((y.float() - ref[0].float()).abs().max().item(), (h.float() - ref[1].float()).abs().max().item())
         r[name] = t(lambda: glu_forward_impl(x, w1, w2, b1, b2, act, False))
         r[name + "_store"] = t(lambda: glu_forward_impl(x, w1, w2, b1, b2, act, True))
-    glu_ops.GLU_PINGPONG_CONFIG = base
+    glu_ops.GLU_PINGPONG_CONFIG, glu_ops.GLU_COOPERATIVE_CONFIG = base, coop_base
     rows.append(r)
     print_sweep_row(r)
 write_sweep("glu_pingpong_sweep", rows)

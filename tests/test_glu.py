@@ -381,9 +381,10 @@ def test_tma_kernels(device, monkeypatch, dtype, recompute, bias):
 
 def test_pingpong_kernel_compiles_for_hopper():
     """The Gluon ping-pong GLU forward compiles for sm_90a with the installed Triton (GEGLU's
-    and SwiGLU's activations, h stored and not), and so do the backward's dh kernels: h
+    and SwiGLU's activations, h stored and not; its cooperative form too), and so do the backward's dh kernels: h
     recomputed on the tile (with bias), and h kept with g formed on the tile (z stored and not)."""
     compile_pingpong_for_hopper("glu", "glu_fwd_pingpong_kernel", "GLU_PINGPONG_CONFIG", ["gelu_tanh", "silu"])
+    compile_pingpong_for_hopper("glu", "glu_fwd_pingpong_kernel", "GLU_COOPERATIVE_CONFIG", ["gelu_tanh", "silu"])
     compile_pingpong_for_hopper("glu", "glu_bwd_dh_recompute_pingpong_kernel", "GLU_DH_RECOMPUTE_PINGPONG_CONFIG",
                                 ["gelu_tanh", "silu"])
     compile_pingpong_for_hopper("glu", "glu_bwd_dh_pingpong_kernel", "GLU_DH_PINGPONG_CONFIG", ["silu", "gelu_tanh"])
@@ -409,6 +410,32 @@ def test_pingpong_forward_on_gpu(monkeypatch, dtype, recompute):
     assert glu_ops.glu_fwd_pingpong_kernel in kernels, "the forward did not take the ping-pong kernel"
     expected = 2 if recompute else 0
     assert kernels.count(glu_ops.glu_bwd_dh_recompute_pingpong_kernel) == expected, kernels
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_cooperative_forward_on_gpu(monkeypatch, dtype):
+    """The GLU forward's cooperative form (y alone from K = GLU_COOPERATIVE_MIN_K: both
+    consumers on one tile of 2 x 128 rows): output and gradients match float64, at its real
+    threshold and, with the threshold lowered, on short K; row counts leave the last tile's
+    second half partly or wholly past M (1000 = 3 x 256 + 232 rows; 333); on 3 SMs each
+    program walks several tiles. The store mode keeps the ping-pong form."""
+    import fusedmlp.ops.glu as glu_ops
+
+    recording_glu_pingpong_launches(monkeypatch)
+    forms = []
+    real = glu_ops.launch_pingpong
+    monkeypatch.setattr(glu_ops, "launch_pingpong", lambda kernel, config, *args, **kwargs: (
+        forms.append((kernel, config.get("COOPERATIVE", False))) or real(kernel, config, *args, **kwargs)))
+    cast = lambda t: None if t is None else t.to(dtype)  # noqa: E731
+    for shape, k, bias in [((333,), glu_ops.GLU_COOPERATIVE_MIN_K, True), ((1000,), 200, True), ((3, 111), 200, False)]:
+        monkeypatch.setattr(glu_ops, "GLU_COOPERATIVE_MIN_K", min(k, glu_ops.GLU_COOPERATIVE_MIN_K))
+        x64, w64, b64, g64 = make_inputs(shape, k, 392, dtype, "cuda", bias)
+        for recompute in (True, False):
+            forms.clear()
+            check_against_reference(cast(x64), cast(w64), cast(b64), cast(g64), x64, w64, b64, g64, recompute,
+                                    f"cooperative {shape} K={k} bias={bias}")
+            assert (glu_ops.glu_fwd_pingpong_kernel, recompute) in forms, forms
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

@@ -206,7 +206,15 @@ LINEAR_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "STAGES
 # are x1 and x2), 5 stages. On an H200 it beat 4 stages and 64 x 128 tiles per weight (one
 # 64 x 256 MMA) at every shape (benchmarks/NOTES.md, "The GLU forward as one MMA per stage").
 GLU_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "STAGES": 5, "GROUP_M": 8,
-                       "CONSUMER_REGS": 232, "LOADER_REGS": 40, "num_warps": 4, "maxnreg": 168}
+                       "COOPERATIVE": False, "CONSUMER_REGS": 232, "LOADER_REGS": 40, "num_warps": 4, "maxnreg": 168}
+# The GLU forward writing y alone with a long main loop (K >= GLU_COOPERATIVE_MIN_K): both
+# consumers on one tile of 2 x 128 rows (each its 128 x 128 accumulator), so each stage's weight
+# tiles feed 256 rows and a tile's loads shrink from 256 to 192 rows of K per 128 rows of
+# output; the epilogues no longer overlap a main loop, which a long K amortises. 4 stages of
+# 48 KiB. On an H200: 1.2% faster at K = 2048, 2.1% at 4096, slower at K <= 1024 and wherever
+# h is stored too (benchmarks/NOTES.md, "The GLU forward, cooperative").
+GLU_COOPERATIVE_CONFIG = dict(GLU_PINGPONG_CONFIG, STAGES=4, COOPERATIVE=True)
+GLU_COOPERATIVE_MIN_K = 2048
 # The backward's dh with g = gy @ Wd on the tile (SwiGLU with h kept): each consumer holds g
 # in registers and has three [BLOCK_M, BLOCK_N] buffers (x1 and x2 in, dh1, dh2 and z out), so
 # 128 x 64 tiles and 5 stages fill the shared memory. At d = 512 and 1024 (the main loop short,

@@ -269,19 +269,21 @@ def glu_fwd_pingpong_kernel(
     x_desc, w1_desc, w2_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc,
     M, OUT, K,
     ACT: gl.constexpr, HAS_BIAS: gl.constexpr, STORE_H: gl.constexpr,
-    GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+    GROUP_M: gl.constexpr, STAGES: gl.constexpr, COOPERATIVE: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: GLU_PINGPONG_CONFIG
 ):
     """``glu_fwd_tma_kernel`` as a warp-specialised ping-pong kernel (pingpong.py): each ring
     stage holds the x tile and the W1 and W2 tiles side by side, and each consumer runs one MMA
     over both (PAIRED) whose accumulator's column halves are x1 and x2; block shapes come from
     the descriptors (BLOCK_N per weight); 16-bit data."""
-    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w1_desc, y_desc, STAGES, True, 1)
+    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w1_desc, y_desc, STAGES, True, 1, COOPERATIVE)
     gl.warp_specialize([
         (pingpong_consumer, (w1_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, c_bufs,
-                             ready, empty, turn, M, OUT, K, 0, ACT, HAS_BIAS, STORE_H, True, GROUP_M, STAGES)),
+                             ready, empty, turn, M, OUT, K, 0, ACT, HAS_BIAS, STORE_H, True, GROUP_M, STAGES,
+                             COOPERATIVE)),
         (pingpong_consumer, (w1_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, c_bufs,
-                             ready, empty, turn, M, OUT, K, 1, ACT, HAS_BIAS, STORE_H, True, GROUP_M, STAGES)),
+                             ready, empty, turn, M, OUT, K, 1, ACT, HAS_BIAS, STORE_H, True, GROUP_M, STAGES,
+                             COOPERATIVE)),
         (pingpong_loader, (x_desc, w1_desc, w2_desc, a_bufs, b_bufs, ready, empty, M, OUT, K, GROUP_M,
                            STAGES, True, False)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
@@ -300,7 +302,7 @@ def glu_bwd_dh_pingpong_kernel(
     the MMA's right operand as loaded; h1 / h2 / dh1 / dh2 describe the halves of h and dh
     ([M, 2*OUT]), z ``[M, OUT]``. dh may be h itself: each tile's h is read before its outputs
     are written. No bias (SwiGLU has none); 16-bit data."""
-    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(gy_desc, wd_desc, dh1_desc, STAGES, False, 3)
+    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(gy_desc, wd_desc, dh1_desc, STAGES, False, 3, False)
     h_ready = consumer_barriers()
     # no bias: the consumers' bias and db-partial arguments are unused (dh1_desc stands in)
     gl.warp_specialize([
@@ -328,7 +330,7 @@ def glu_bwd_dh_recompute_pingpong_kernel(
     buffer before it and dh1 written over it, so the epilogue's traffic (g in, dh out: three
     times the forward's y) overlaps the other consumer's main loop. db partials as the Triton
     kernel's (BLOCK_M must be ``GLU_BWD_BLOCK_M``). 16-bit data."""
-    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w1_desc, dh1_desc, STAGES, True, 2)
+    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w1_desc, dh1_desc, STAGES, True, 2, False)
     g_ready = consumer_barriers()
     gl.warp_specialize([
         (pingpong_glu_dh_consumer, (g_desc, g_desc, b1_ptr, b2_ptr, dh1_desc, dh2_desc, dh1_desc, db_partial_ptr,

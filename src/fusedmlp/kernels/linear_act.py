@@ -111,12 +111,14 @@ def linear_act_fwd_pingpong_kernel(
     """``linear_act_fwd_kernel`` as a warp-specialised ping-pong kernel (pingpong.py), one
     program per SM: two consumer warpgroups alternate tiles, each one's epilogue running
     during the other's main loop. Block shapes come from the descriptors; 16-bit data."""
-    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w_desc, y_desc, STAGES, False, 1)
+    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w_desc, y_desc, STAGES, False, 1, False)
     gl.warp_specialize([
         (pingpong_consumer, (w_desc, b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, c_bufs,
-                             ready, empty, turn, M, N, K, 0, ACT, HAS_BIAS, STORE_PRE, False, GROUP_M, STAGES)),
+                             ready, empty, turn, M, N, K, 0, ACT, HAS_BIAS, STORE_PRE, False, GROUP_M, STAGES,
+                             False)),
         (pingpong_consumer, (w_desc, b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, c_bufs,
-                             ready, empty, turn, M, N, K, 1, ACT, HAS_BIAS, STORE_PRE, False, GROUP_M, STAGES)),
+                             ready, empty, turn, M, N, K, 1, ACT, HAS_BIAS, STORE_PRE, False, GROUP_M, STAGES,
+                             False)),
         (pingpong_loader, (x_desc, w_desc, w_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, STAGES,
                            False, False)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])

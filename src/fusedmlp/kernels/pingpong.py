@@ -34,6 +34,14 @@ BLOCK_N = 64 the GLU forward ran 3-6% slower that way (H200). With ``W_KN`` the 
 ``[K, N]`` (e.g. a down projection's weight read for ``gy @ Wd``) and its ``[BLOCK_K,
 BLOCK_N]`` tiles are the MMA's right operand as loaded.
 
+With ``COOPERATIVE`` (the GLU forward writing y alone, with a long K: configs.py) the two
+consumers share each tile instead of alternating: a tile has 2 x BLOCK_M rows, a stage's x
+tile all of them, and consumer c multiplies rows ``c * BLOCK_M ...`` of it by the stage's
+weight tile, so each weight tile loaded feeds twice the rows (per 128 rows of output a tile
+reads 192 rows of K from L2 instead of 256). A stage is free once both consumers released it
+(its ``empty`` barrier counts two), and there are no turns: both run their main loops
+together and their epilogues together, while the loader fills the ring for the next tile.
+
 Consumers: ``pingpong_consumer`` serves the fused forwards, ``linear_act_fwd_pingpong_kernel``
 (linear_act.py: y = act(x @ W.T + b)) and ``glu_fwd_pingpong_kernel`` (glu.py:
 y = x1 * act(x2)); ``pingpong_glu_dh_consumer`` the GLU backward's dh, with h recomputed on
@@ -112,7 +120,8 @@ def pingpong_loader(x_desc, w_desc, w2_desc, a_bufs, b_bufs, ready, empty, M, N,
 
 @gluon.jit
 def pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, local_index, k_tiles,
-                      CONSUMER: gl.constexpr, STAGES: gl.constexpr, W_KN: gl.constexpr, acc_layout: gl.constexpr):
+                      CONSUMER: gl.constexpr, STAGES: gl.constexpr, W_KN: gl.constexpr, acc_layout: gl.constexpr,
+                      COOPERATIVE: gl.constexpr):
     """acc = x_tile @ W_tile.T for the program's ``local_index``-th tile (consumer
     ``CONSUMER``), W_tile being the ring's weight rows (W's, or W's and W2's if PAIRED), or
     acc = x_tile @ W_tile with ``W_KN`` (the ring holds ``[BLOCK_K, BLOCK_N]`` tiles).
@@ -120,12 +129,15 @@ def pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, local_index, k_tiles,
     Waits for this consumer's turn, issues the MMA of one ring stage at a time keeping one
     stage's in flight (the stage before is released as soon as its MMA is done), hands the
     turn to the other consumer after its last MMA and returns the finished fp32 accumulator.
+    COOPERATIVE: no turns; both consumers read every stage, each its half of the x tile's rows
+    (the stage is free once both have released it).
     """
-    BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
+    ROWS: gl.constexpr = a_bufs.type.shape[1] // 2 if COOPERATIVE else a_bufs.type.shape[1]
     ACC_N: gl.constexpr = b_bufs.type.shape[2] if W_KN else b_bufs.type.shape[1]
-    # consumer 0's first wait passes on the fresh barrier; consumer 1's waits for consumer 0
-    mbarrier.wait(turn.index(CONSUMER), ((local_index // 2) & 1) ^ (1 - CONSUMER))
-    acc = gl.zeros((BLOCK_M, ACC_N), dtype=gl.float32, layout=acc_layout)
+    if not COOPERATIVE:
+        # consumer 0's first wait passes on the fresh barrier; consumer 1's waits for consumer 0
+        mbarrier.wait(turn.index(CONSUMER), ((local_index // 2) & 1) ^ (1 - CONSUMER))
+    acc = gl.zeros((ROWS, ACC_N), dtype=gl.float32, layout=acc_layout)
     count = local_index * k_tiles
     prev_stage = 0
     for kk in range(k_tiles):
@@ -135,12 +147,17 @@ def pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, local_index, k_tiles,
             b_tile = b_bufs.index(stage)
         else:
             b_tile = b_bufs.index(stage).permute((1, 0))
-        acc = warpgroup_mma(a_bufs.index(stage), b_tile, acc, is_async=True)
+        if COOPERATIVE:
+            a_tile = a_bufs.index(stage).slice(CONSUMER * ROWS, ROWS)
+        else:
+            a_tile = a_bufs.index(stage)
+        acc = warpgroup_mma(a_tile, b_tile, acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
         mbarrier.arrive(empty.index(prev_stage), count=1, pred=kk > 0)
         prev_stage = stage
         count += 1
-    mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
+    if not COOPERATIVE:
+        mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     mbarrier.arrive(empty.index(prev_stage), count=1)
     return acc
@@ -186,10 +203,11 @@ def pingpong_consumer(
     w_desc, b_ptr, b2_ptr, y_desc, acc_desc, acc2_desc, a_bufs, b_bufs, c_bufs, ready, empty, turn,
     M, N, K,
     CONSUMER: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, STORE_ACC: gl.constexpr,
-    PAIRED: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+    PAIRED: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, COOPERATIVE: gl.constexpr,
 ):
-    """Consumer warpgroup ``CONSUMER``: for every second tile of the program, the main loop,
-    then the fused epilogue. With a = x @ W.T + b (and a2 = x @ W2.T + b2 if PAIRED):
+    """Consumer warpgroup ``CONSUMER``: for every second tile of the program (COOPERATIVE:
+    for its half of the rows of every tile), the main loop, then the fused epilogue. With
+    a = x @ W.T + b (and a2 = x @ W2.T + b2 if PAIRED):
 
         y = act(a)            or, PAIRED,    y = a * act(a2)
 
@@ -197,14 +215,17 @@ def pingpong_consumer(
     pre-activation, a GLU's h halves. Biases are loaded before the tile's main loop, which
     hides their latency; every store goes through this consumer's one shared buffer.
     """
-    BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
+    TILE_M: gl.constexpr = a_bufs.type.shape[1]
+    ROWS: gl.constexpr = y_desc.block_type.shape[0]  # this consumer's rows of a tile
     BLOCK_K: gl.constexpr = a_bufs.type.shape[2]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
     acc_layout: gl.constexpr = accumulator_layout(BLOCK_N)
     c_buf = c_bufs.index(CONSUMER)
     k_tiles = gl.cdiv(K, BLOCK_K)
-    for i in range(CONSUMER, program_tiles(M, N, BLOCK_M, BLOCK_N), 2):
-        row_start, col_start = tile_start(i, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    for i in range(0 if COOPERATIVE else CONSUMER, program_tiles(M, N, TILE_M, BLOCK_N), 1 if COOPERATIVE else 2):
+        row_start, col_start = tile_start(i, M, N, TILE_M, BLOCK_N, GROUP_M)
+        if COOPERATIVE:
+            row_start += CONSUMER * ROWS
         if HAS_BIAS:
             bias = tile_bias(b_ptr, col_start, N, BLOCK_N, acc_layout)
             if PAIRED:
@@ -212,11 +233,11 @@ def pingpong_consumer(
         if PAIRED:
             acc, acc2 = split_column_halves(
                 pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, False,
-                                  accumulator_layout(2 * BLOCK_N)),
+                                  accumulator_layout(2 * BLOCK_N), COOPERATIVE),
                 acc_layout)
         else:
             acc = pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, False,
-                                    acc_layout)
+                                    acc_layout, COOPERATIVE)
         if HAS_BIAS:
             acc = acc + bias
             if PAIRED:
@@ -280,7 +301,7 @@ def pingpong_glu_dh_consumer(
                 bias2 = tile_bias(b2_ptr, col_start, N, BLOCK_N, acc_layout)
             x1, x2 = split_column_halves(
                 pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, False,
-                                  accumulator_layout(2 * BLOCK_N)),
+                                  accumulator_layout(2 * BLOCK_N), False),
                 acc_layout)
             if HAS_BIAS:
                 x1 = x1 + bias1
@@ -295,7 +316,8 @@ def pingpong_glu_dh_consumer(
             mbarrier.expect(bar, 2 * in1_desc.block_type.nbytes)
             _tma_load(in1_desc, [row_start, col_start], bar, dh1_buf)
             _tma_load(in2_desc, [row_start, col_start], bar, dh2_buf)
-            g = pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, True, acc_layout)
+            g = pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, True, acc_layout,
+                                  False)
             mbarrier.wait(bar, (i // 2) & 1)
             x1 = dh1_buf.load(acc_layout).to(gl.float32)
             x2 = dh2_buf.load(acc_layout).to(gl.float32)
@@ -324,11 +346,13 @@ def pingpong_glu_dh_consumer(
 
 
 @gluon.jit
-def pingpong_setup(x_desc, w_desc, out_desc, STAGES: gl.constexpr, PAIRED: gl.constexpr, OUT_BUFS: gl.constexpr):
-    """Shared memory of a ping-pong kernel: the ring (weight tiles of ``w_desc``'s block shape,
-    ``[2 * BLOCK_N, BLOCK_K]`` if PAIRED), ``OUT_BUFS`` output buffers per consumer (consumer
-    c's are ``c * OUT_BUFS ...``; of ``out_desc``'s dtype and layout), barriers."""
-    BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
+def pingpong_setup(x_desc, w_desc, out_desc, STAGES: gl.constexpr, PAIRED: gl.constexpr, OUT_BUFS: gl.constexpr,
+                   COOPERATIVE: gl.constexpr):
+    """Shared memory of a ping-pong kernel: the ring (x tiles of ``x_desc``'s block shape,
+    weight tiles of ``w_desc``'s, ``[2 * BLOCK_N, BLOCK_K]`` if PAIRED), ``OUT_BUFS`` output
+    buffers per consumer (consumer c's are ``c * OUT_BUFS ...``; of ``out_desc``'s block shape,
+    dtype and layout), barriers (with COOPERATIVE, a stage is freed by both consumers)."""
+    BLOCK_M: gl.constexpr = out_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = out_desc.block_type.shape[1]
     a_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
     if PAIRED:
@@ -342,7 +366,7 @@ def pingpong_setup(x_desc, w_desc, out_desc, STAGES: gl.constexpr, PAIRED: gl.co
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for stage in gl.static_range(STAGES):
         mbarrier.init(ready.index(stage), count=1)
-        mbarrier.init(empty.index(stage), count=1)
+        mbarrier.init(empty.index(stage), count=2 if COOPERATIVE else 1)
     for consumer in gl.static_range(2):
         mbarrier.init(turn.index(consumer), count=1)
     return a_bufs, b_bufs, c_bufs, ready, empty, turn

@@ -180,13 +180,16 @@ def launch_pingpong(kernel, config: dict, m: int, n: int, sms: int, x_descs: dic
     (at most one per tile). ``config`` holds its block sizes and meta-parameters; the
     descriptor arguments are plain tensors, grouped by block shape: tiles of x ``[BLOCK_M,
     BLOCK_K]``, of ``[n, k]`` weights ``[BLOCK_N, BLOCK_K]``, of the outputs (and anything of
-    their shape) ``[BLOCK_M, BLOCK_N]``, and of ``[k, n]`` weights ``[BLOCK_K, BLOCK_N]``."""
+    their shape) ``[BLOCK_M, BLOCK_N]``, and of ``[k, n]`` weights ``[BLOCK_K, BLOCK_N]``.
+    With ``COOPERATIVE`` (BLOCK_M rows per consumer, both consumers on each tile) a tile and
+    its x tiles have ``2 * BLOCK_M`` rows."""
     meta = dict(config)
     block_m, block_n, block_k = (meta.pop(name) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    tile_m = 2 * block_m if meta.get("COOPERATIVE") else block_m
     kn_descs = kn_descs or {}
-    blocks = {**dict.fromkeys(x_descs, (block_m, block_k)), **dict.fromkeys(w_descs, (block_n, block_k)),
+    blocks = {**dict.fromkeys(x_descs, (tile_m, block_k)), **dict.fromkeys(w_descs, (block_n, block_k)),
               **dict.fromkeys(out_descs, (block_m, block_n)), **dict.fromkeys(kn_descs, (block_k, block_n))}
-    grid = (min(sms, triton.cdiv(m, block_m) * triton.cdiv(n, block_n)),)
+    grid = (min(sms, triton.cdiv(m, tile_m) * triton.cdiv(n, block_n)),)
     launch(kernel, grid, **x_descs, **w_descs, **out_descs, **kn_descs, **kwargs, **meta, descriptor_blocks=blocks)
 
 

@@ -43,6 +43,8 @@ from ..kernels.configs import (
     GLU_BWD_BLOCK_M,
     GLU_BWD_CONFIGS,
     GLU_BWD_TMA_CONFIGS,
+    GLU_COOPERATIVE_CONFIG,
+    GLU_COOPERATIVE_MIN_K,
     GLU_DH_PINGPONG_CONFIG,
     GLU_DH_PINGPONG_MAX_K,
     GLU_DH_RECOMPUTE_PINGPONG_CONFIG,
@@ -130,8 +132,10 @@ def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
     common = dict(M=m, OUT=out, K=k, M_KEY=autotune_m_key(m), ACT=act, HAS_BIAS=b1 is not None, STORE_H=store_h)
     if pingpong_eligible(x, y, w1, w2, *h_halves):
         h1, h2 = h_halves if store_h else (y, y)
+        # y alone after a long main loop: both consumers on each tile (configs.py)
+        config = GLU_COOPERATIVE_CONFIG if not store_h and k >= GLU_COOPERATIVE_MIN_K else GLU_PINGPONG_CONFIG
         launch_pingpong(
-            glu_fwd_pingpong_kernel, GLU_PINGPONG_CONFIG, m, out, num_sms(x),
+            glu_fwd_pingpong_kernel, config, m, out, num_sms(x),
             {"x_desc": x}, {"w1_desc": w1, "w2_desc": w2}, {"y_desc": y, "h1_desc": h1, "h2_desc": h2},
             b1_ptr=_bias_or(b1, y), b2_ptr=_bias_or(b2, y), **{k: v for k, v in common.items() if k != "M_KEY"},
         )
