@@ -170,9 +170,10 @@ kernel = getattr(__import__("fusedmlp.kernels." + module, fromlist=[kernel_name]
 name, _, overrides = config_name.partition(":")  # NAME or NAME:{json of changed entries}
 config = dict(getattr(configs, name), **json.loads(overrides or "{}"))
 base = torch.empty(256, 256, dtype=torch.bfloat16)
-def desc(name):  # the main loop's left operand, a [K, N] weight (Wd), an [N, K] weight, an output
-    rows, cols = (("BLOCK_M", "BLOCK_K") if name in ("x_desc", "gy_desc") else ("BLOCK_K", "BLOCK_N")
-                  if name == "wd_desc" else ("BLOCK_N", "BLOCK_K") if name.startswith("w") else ("BLOCK_M", "BLOCK_N"))
+def desc(name):  # the main loop's left operand (x, or LoRA's xs), a [K, N] weight (Wd), an [N, K] one, an output
+    rows, cols = (("BLOCK_M", "BLOCK_K") if name in ("x_desc", "gy_desc", "xs_desc") else ("BLOCK_K", "BLOCK_N")
+                  if name == "wd_desc" else ("BLOCK_N", "BLOCK_K") if name.startswith("w") or name == "lora_b_desc"
+                  else ("BLOCK_M", "BLOCK_N"))
     block = [config[rows] * (2 if rows == "BLOCK_M" and cols == "BLOCK_K" and config.get("COOPERATIVE") else 1),
              config[cols]]
     layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import assert_close, check_against_float64, rel_err
+from helpers import assert_close, check_against_float64, compile_pingpong_for_hopper, rel_err
 from torch import nn
 
 import fusedmlp
@@ -133,6 +133,37 @@ def test_both_forward_paths(device, monkeypatch, limits, tma):
     monkeypatch.setattr(ops, "IN_LOOP_MAX_RANK", limits[1])
     tensors, g = make_inputs((45,), 72, 40, 8, device)  # 16-byte aligned rows for the descriptors
     run_check(tensors, g, torch.bfloat16 if tma else torch.float32, "sigmoid", what=f"limits {limits}")
+
+
+def test_pingpong_kernel_compiles_for_hopper():
+    """The Gluon ping-pong LoRA forward (xs @ B.T as its main loop's tail steps) compiles for
+    sm_90a with the installed Triton, pre stored and not."""
+    compile_pingpong_for_hopper("lora", "lora_fwd_pingpong_kernel", "LINEAR_PINGPONG_CONFIG", ["gelu_tanh", "relu"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation,save_preact", [("identity", False), ("gelu_tanh", False), ("silu", True)])
+def test_pingpong_forward_on_gpu(monkeypatch, activation, save_preact):
+    """With xs from cuBLAS, ranks that are multiples of 8 run the forward (and the backward's
+    recomputation of pre) as the ping-pong kernel, xs @ B.T as the main loop's last K steps: one
+    step at r = 8 and 24, two at 72 (partial in rank, rows, columns and K: 300 x 200 -> 392);
+    r = 3 keeps the Triton kernel. Outputs and every gradient against float64, on 3 SMs so
+    that each program walks several tiles."""
+    import fusedmlp.ops.lora as ops
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the ping-pong kernels are for compute capability 9.0")
+    monkeypatch.setattr(ops, "IN_LOOP_MAX_MACS", 0)  # xs from cuBLAS at every size
+    monkeypatch.setattr(ops, "num_sms", lambda t: 3)
+    kernels = []
+    real = ops.launch_pingpong
+    monkeypatch.setattr(ops, "launch_pingpong",
+                        lambda kernel, *args, **kwargs: kernels.append(kernel) or real(kernel, *args, **kwargs))
+    for r in (8, 24, 72, 3):
+        kernels.clear()
+        tensors, g = make_inputs((300,), 200, 392, r, "cuda")
+        run_check(tensors, g, torch.bfloat16, activation, scale=2.0, save_preact=save_preact, what=f"ping-pong r={r}")
+        assert (ops.lora_fwd_pingpong_kernel in kernels) == (r % 8 == 0), (r, kernels)
 
 
 @pytest.mark.parametrize("rows,d_out", [(111, 24), (9, 40)], ids=["merged-weight", "fewer-rows-than-outputs"])

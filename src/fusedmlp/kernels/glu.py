@@ -280,12 +280,12 @@ def glu_fwd_pingpong_kernel(
     gl.warp_specialize([
         (pingpong_consumer, (w1_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, c_bufs,
                              ready, empty, turn, M, OUT, K, 0, ACT, HAS_BIAS, STORE_H, True, GROUP_M, STAGES,
-                             COOPERATIVE)),
+                             COOPERATIVE, 0)),
         (pingpong_consumer, (w1_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, c_bufs,
                              ready, empty, turn, M, OUT, K, 1, ACT, HAS_BIAS, STORE_H, True, GROUP_M, STAGES,
-                             COOPERATIVE)),
+                             COOPERATIVE, 0)),
         (pingpong_loader, (x_desc, w1_desc, w2_desc, a_bufs, b_bufs, ready, empty, M, OUT, K, GROUP_M,
-                           STAGES, True, False)),
+                           STAGES, True, False, x_desc, w1_desc, 0)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
@@ -313,7 +313,7 @@ def glu_bwd_dh_pingpong_kernel(
                                     a_bufs, b_bufs, c_bufs, ready, empty, turn, h_ready, M, OUT, KG,
                                     1, ACT, False, False, STORE_Z, GROUP_M, STAGES)),
         (pingpong_loader, (gy_desc, wd_desc, wd_desc, a_bufs, b_bufs, ready, empty, M, OUT, KG, GROUP_M, STAGES,
-                           False, True)),
+                           False, True, gy_desc, wd_desc, 0)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
@@ -340,7 +340,7 @@ def glu_bwd_dh_recompute_pingpong_kernel(
                                     a_bufs, b_bufs, c_bufs, ready, empty, turn, g_ready, M, OUT, K,
                                     1, ACT, True, HAS_BIAS, False, GROUP_M, STAGES)),
         (pingpong_loader, (x_desc, w1_desc, w2_desc, a_bufs, b_bufs, ready, empty, M, OUT, K, GROUP_M,
-                           STAGES, True, False)),
+                           STAGES, True, False, x_desc, w1_desc, 0)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 

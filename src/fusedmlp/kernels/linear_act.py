@@ -115,12 +115,12 @@ def linear_act_fwd_pingpong_kernel(
     gl.warp_specialize([
         (pingpong_consumer, (w_desc, b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, c_bufs,
                              ready, empty, turn, M, N, K, 0, ACT, HAS_BIAS, STORE_PRE, False, GROUP_M, STAGES,
-                             False)),
+                             False, 0)),
         (pingpong_consumer, (w_desc, b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, c_bufs,
                              ready, empty, turn, M, N, K, 1, ACT, HAS_BIAS, STORE_PRE, False, GROUP_M, STAGES,
-                             False)),
+                             False, 0)),
         (pingpong_loader, (x_desc, w_desc, w_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, STAGES,
-                           False, False)),
+                           False, False, x_desc, w_desc, 0)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 

@@ -23,13 +23,21 @@ when the backward keeps it.
 
 The scale arrives as two fp32 numbers, ``s = SCALE_HI + SCALE_LO``, so that fp64 inputs keep
 full precision (Triton passes Python floats as fp32).
+
+On compute capability 9.0, with xs given and ranks whose rows TMA can read (``r`` a multiple of
+8 in 16 bits), ``lora_fwd_pingpong_kernel`` runs the forward as linear_act's ping-pong kernel
+(pingpong.py) with ``pre = [x | xs] @ [W | B].T + b``: the rank-r product is one more K step of
+the main loop (``cdiv(r, BLOCK_K)``, the columns past r read as zeros), after x @ W.T.
 """
 
 import triton
 import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
 
 from .activations import activation
 from .gemm import persistent_tile, round_operand, tile_indices, xwT_mainloop, xwT_mainloop_tma
+from .pingpong import pingpong_consumer, pingpong_loader, pingpong_setup
 
 
 @triton.jit
@@ -128,3 +136,27 @@ def lora_fwd_tma_kernel(
         if STORE_PRE:
             pre_desc.store([row_start, col_start], pre.to(pre_desc.dtype))
         y_desc.store([row_start, col_start], y.to(y_desc.dtype))
+
+
+@gluon.jit
+def lora_fwd_pingpong_kernel(
+    x_desc, w_desc, xs_desc, lora_b_desc, b_ptr, y_desc, pre_desc,
+    M, N, K, R,
+    ACT: gl.constexpr, HAS_BIAS: gl.constexpr, STORE_PRE: gl.constexpr,
+    GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: LINEAR_PINGPONG_CONFIG
+):
+    """``lora_fwd_tma_kernel`` with xs given (``[M, R]``, ``s`` already applied) as a ping-pong
+    kernel: ``pre = x @ W.T + xs @ B.T + b`` in one main loop whose last K steps read xs and
+    ``B [N, R]`` (pingpong.py's tail steps), then linear_act's epilogue; 16-bit data."""
+    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w_desc, y_desc, STAGES, False, 1, False)
+    gl.warp_specialize([
+        (pingpong_consumer, (w_desc, b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, c_bufs,
+                             ready, empty, turn, M, N, K, 0, ACT, HAS_BIAS, STORE_PRE, False, GROUP_M, STAGES,
+                             False, R)),
+        (pingpong_consumer, (w_desc, b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, c_bufs,
+                             ready, empty, turn, M, N, K, 1, ACT, HAS_BIAS, STORE_PRE, False, GROUP_M, STAGES,
+                             False, R)),
+        (pingpong_loader, (x_desc, w_desc, w_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, STAGES,
+                           False, False, xs_desc, lora_b_desc, R)),
+    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])

@@ -43,7 +43,8 @@ reads 192 rows of K from L2 instead of 256). A stage is free once both consumers
 together and their epilogues together, while the loader fills the ring for the next tile.
 
 Consumers: ``pingpong_consumer`` serves the fused forwards, ``linear_act_fwd_pingpong_kernel``
-(linear_act.py: y = act(x @ W.T + b)) and ``glu_fwd_pingpong_kernel`` (glu.py:
+(linear_act.py: y = act(x @ W.T + b)), ``lora_fwd_pingpong_kernel`` (lora.py: the same with
+LoRA's ``xs @ B.T`` as the loader's tail K steps) and ``glu_fwd_pingpong_kernel`` (glu.py:
 y = x1 * act(x2)); ``pingpong_glu_dh_consumer`` the GLU backward's dh, with h recomputed on
 the tile (``glu_bwd_dh_recompute_pingpong_kernel``, only x saved) or with h kept and
 g = gy @ Wd formed on the tile (``glu_bwd_dh_pingpong_kernel``, SwiGLU).
@@ -87,11 +88,15 @@ def tile_start(local_index, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, 
 
 @gluon.jit
 def pingpong_loader(x_desc, w_desc, w2_desc, a_bufs, b_bufs, ready, empty, M, N, K,
-                    GROUP_M: gl.constexpr, STAGES: gl.constexpr, PAIRED: gl.constexpr, W_KN: gl.constexpr):
+                    GROUP_M: gl.constexpr, STAGES: gl.constexpr, PAIRED: gl.constexpr, W_KN: gl.constexpr,
+                    tail_x_desc, tail_w_desc, tail_k):
     """Loader partition: fills ring stages with x and W tiles in the consumers' order; if
     PAIRED, W's tile fills the first BLOCK_N rows of the stage's weight buffer and W2's the
     rest. W is ``[N, K]`` (an nn.Linear weight: tiles ``[BLOCK_N, BLOCK_K]``), or ``[K, N]``
-    with ``W_KN`` (tiles ``[BLOCK_K, BLOCK_N]``)."""
+    with ``W_KN`` (tiles ``[BLOCK_K, BLOCK_N]``). Neither PAIRED nor W_KN: each tile's K
+    steps are followed by ``cdiv(tail_k, BLOCK_K)`` more from ``tail_x_desc`` ``[M, tail_k]``
+    and ``tail_w_desc`` ``[N, tail_k]`` (same block shapes; a second product summed into the
+    accumulator, e.g. LoRA's ``xs @ B.T``; tail_k = 0: none)."""
     BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[1] if W_KN else w_desc.block_type.shape[0]
@@ -116,6 +121,15 @@ def pingpong_loader(x_desc, w_desc, w2_desc, a_bufs, b_bufs, ready, empty, M, N,
             else:
                 _tma_load(w_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage))
             count += 1
+        if not PAIRED and not W_KN:  # the tail's weight is [N, tail_k]; columns past tail_k read zeros
+            for kk in range(gl.cdiv(tail_k, BLOCK_K)):
+                stage = count % STAGES
+                mbarrier.wait(empty.index(stage), ((count // STAGES) & 1) ^ 1)
+                bar = ready.index(stage)
+                mbarrier.expect(bar, stage_bytes)
+                _tma_load(tail_x_desc, [row_start, kk * BLOCK_K], bar, a_bufs.index(stage))
+                _tma_load(tail_w_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage))
+                count += 1
 
 
 @gluon.jit
@@ -203,7 +217,7 @@ def pingpong_consumer(
     w_desc, b_ptr, b2_ptr, y_desc, acc_desc, acc2_desc, a_bufs, b_bufs, c_bufs, ready, empty, turn,
     M, N, K,
     CONSUMER: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, STORE_ACC: gl.constexpr,
-    PAIRED: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, COOPERATIVE: gl.constexpr,
+    PAIRED: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, COOPERATIVE: gl.constexpr, tail_k,
 ):
     """Consumer warpgroup ``CONSUMER``: for every second tile of the program (COOPERATIVE:
     for its half of the rows of every tile), the main loop, then the fused epilogue. With
@@ -213,7 +227,9 @@ def pingpong_consumer(
 
     STORE_ACC also stores a (and a2) through ``acc_desc`` (``acc2_desc``): the linear layer's
     pre-activation, a GLU's h halves. Biases are loaded before the tile's main loop, which
-    hides their latency; every store goes through this consumer's one shared buffer.
+    hides their latency; every store goes through this consumer's one shared buffer. With
+    ``tail_k`` > 0 the main loop runs the loader's tail steps too (not PAIRED): a = x @ W.T +
+    t_x @ t_w.T + b.
     """
     TILE_M: gl.constexpr = a_bufs.type.shape[1]
     ROWS: gl.constexpr = y_desc.block_type.shape[0]  # this consumer's rows of a tile
@@ -221,7 +237,7 @@ def pingpong_consumer(
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
     acc_layout: gl.constexpr = accumulator_layout(BLOCK_N)
     c_buf = c_bufs.index(CONSUMER)
-    k_tiles = gl.cdiv(K, BLOCK_K)
+    k_tiles = gl.cdiv(K, BLOCK_K) + gl.cdiv(tail_k, BLOCK_K)
     for i in range(0 if COOPERATIVE else CONSUMER, program_tiles(M, N, TILE_M, BLOCK_N), 1 if COOPERATIVE else 2):
         row_start, col_start = tile_start(i, M, N, TILE_M, BLOCK_N, GROUP_M)
         if COOPERATIVE:

@@ -9,7 +9,9 @@ of two places:
   GEMMs of up to ``IN_LOOP_MAX_MACS`` multiply-adds (``M * out * in``), ranks up to
   ``IN_LOOP_MAX_RANK``, no dropout;
 - from cuBLAS first (``[M, r]``, one more read of x), which the kernel reads in its epilogue:
-  for larger GEMMs, and with dropout, where A multiplies a dropped-out copy of x.
+  for larger GEMMs, and with dropout, where A multiplies a dropped-out copy of x. On Hopper,
+  for inputs up to ``LORA_PINGPONG_MAX_K`` wide and ranks that are multiples of 8, the kernel
+  is the ping-pong one instead, which reads xs and B as the last K steps of its main loop.
 Measured on an H200 in bf16 (benchmarks/lora_rank_paths.py, first tile config, results in
 benchmarks/results/): with x read once the forward took 1.5-1.7x the bare base GEMM at
 8192-32768 tokens x 4096 and 1.7-2.0x at 32768 x 1024, against 1.13-1.16x and 1.57-1.66x
@@ -56,8 +58,8 @@ import numpy as np
 import torch
 import triton
 
-from ..kernels.configs import LORA_CONFIGS, LORA_TMA_CONFIGS, Launcher
-from ..kernels.lora import lora_fwd_kernel, lora_fwd_tma_kernel
+from ..kernels.configs import LINEAR_PINGPONG_CONFIG, LORA_CONFIGS, LORA_TMA_CONFIGS, Launcher
+from ..kernels.lora import lora_fwd_kernel, lora_fwd_pingpong_kernel, lora_fwd_tma_kernel
 from ._common import (
     check_bool,
     check_finite_number,
@@ -66,8 +68,10 @@ from ._common import (
     check_same_dtype_device,
     check_tensor,
     dot_meta,
+    launch_pingpong,
     num_sms,
     persistent_grid,
+    pingpong_eligible,
     tma_eligible,
     use_triton,
 )
@@ -88,6 +92,12 @@ IN_LOOP_MAX_MACS = 2**35
 IN_LOOP_MAX_RANK = 64
 IN_LOOP_WIDE_RANK = 32
 
+# With xs given, on Hopper the forward runs as a ping-pong kernel (xs @ B.T as its main loop's
+# last K steps) up to this input width; beyond it the Triton kernel (xs @ B.T in its epilogue).
+# On an H200, identity, kernel time in CUDA graphs (benchmarks/lora_pingpong_sweep.py): 125.8
+# against 140.5 us at 32768 x 1024 -> 1024, r = 64; at K = 4096, 1.5-3% slower at r = 16 (442.3
+# against 429.7 us at 8192 x 4096 -> 4096; 1746 / 1720 at 32768 rows) and a tie at r = 64.
+LORA_PINGPONG_MAX_K = 1024
 _FWD_KEY = ["M_KEY", "N", "K", "R_PAD", "ACT", "HAS_BIAS", "STORE_PRE", "LORA_IN_LOOP"]
 _fwd_launcher = Launcher(lora_fwd_kernel, LORA_CONFIGS, key=_FWD_KEY)
 _fwd_tma_launcher = Launcher(lora_fwd_tma_kernel, LORA_TMA_CONFIGS, key=_FWD_KEY)
@@ -137,6 +147,16 @@ def _launch_fwd(x, weight, bias, lora_a, lora_b, xs_given, scale, act, store_pre
                   ACT=act, HAS_BIAS=bias is not None, STORE_PRE=store_pre, LORA_IN_LOOP=in_loop,
                   R_PAD=_rank_block(r))
     b_ptr = bias if bias is not None else y
+    if (not in_loop and k <= LORA_PINGPONG_MAX_K
+            and pingpong_eligible(x, weight, y, xs, lora_b, *((pre,) if store_pre else ()))):
+        # xs @ B.T as the main loop's last K steps (kernels/lora.py); r a multiple of 8 here
+        launch_pingpong(
+            lora_fwd_pingpong_kernel, LINEAR_PINGPONG_CONFIG, m, n, num_sms(x),
+            {"x_desc": x, "xs_desc": xs}, {"w_desc": weight, "lora_b_desc": lora_b},
+            {"y_desc": y, "pre_desc": pre if store_pre else y},
+            b_ptr=b_ptr, M=m, N=n, K=k, R=r, ACT=act, HAS_BIAS=bias is not None, STORE_PRE=store_pre,
+        )
+        return y, pre, xs
     lora_strides = dict(stride_lbn=lora_b.stride(0), stride_lbr=lora_b.stride(1), stride_xsm=xs.stride(0))
     if tma_eligible(x, weight, y, *((lora_a,) if in_loop else ()), *((pre,) if store_pre else ())):
         _fwd_tma_launcher.launch(
