@@ -94,9 +94,9 @@ IN_LOOP_WIDE_RANK = 32
 
 # With xs given, on Hopper the forward runs as a ping-pong kernel (xs @ B.T as its main loop's
 # last K steps) up to this input width; beyond it the Triton kernel (xs @ B.T in its epilogue).
-# On an H200, identity, kernel time in CUDA graphs (benchmarks/lora_pingpong_sweep.py): 125.8
-# against 140.5 us at 32768 x 1024 -> 1024, r = 64; at K = 4096, 1.5-3% slower at r = 16 (442.3
-# against 429.7 us at 8192 x 4096 -> 4096; 1746 / 1720 at 32768 rows) and a tie at r = 64.
+# On an H200, identity, kernel time in CUDA graphs (benchmarks/lora_pingpong_sweep.py): 125.3
+# against 140.9 us at 32768 x 1024 -> 1024, r = 64; at K = 4096, 1.5-3% slower at r = 16 (443.1
+# against 430.4 us at 8192 x 4096 -> 4096; 1753 / 1722 at 32768 rows) and a tie at r = 64.
 LORA_PINGPONG_MAX_K = 1024
 _FWD_KEY = ["M_KEY", "N", "K", "R_PAD", "ACT", "HAS_BIAS", "STORE_PRE", "LORA_IN_LOOP"]
 _fwd_launcher = Launcher(lora_fwd_kernel, LORA_CONFIGS, key=_FWD_KEY)
