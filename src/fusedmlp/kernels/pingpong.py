@@ -237,7 +237,7 @@ def pingpong_consumer(
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
     acc_layout: gl.constexpr = accumulator_layout(BLOCK_N)
     c_buf = c_bufs.index(CONSUMER)
-    k_tiles = gl.cdiv(K, BLOCK_K) + gl.cdiv(tail_k, BLOCK_K)
+    k_tiles = gl.cdiv(K, BLOCK_K) + (0 if PAIRED else gl.cdiv(tail_k, BLOCK_K))  # the loader's steps
     for i in range(0 if COOPERATIVE else CONSUMER, program_tiles(M, N, TILE_M, BLOCK_N), 1 if COOPERATIVE else 2):
         row_start, col_start = tile_start(i, M, N, TILE_M, BLOCK_N, GROUP_M)
         if COOPERATIVE:
