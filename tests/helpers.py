@@ -101,20 +101,20 @@ def forcing_tma_config(monkeypatch, ops, launcher, index, sms=3):
         yield
 
 
-def recording_glu_pingpong_launches(monkeypatch, sms=3):
-    """Hopper only (skips elsewhere): the GLU ops size ping-pong grids for ``sms`` SMs (every
-    program walks several tiles on small test shapes), and every ping-pong kernel they launch
-    is appended to the returned list."""
+def recording_pingpong_launches(monkeypatch, ops=None, sms=3):
+    """Hopper only (skips elsewhere): the ops module ``ops`` (default: the GLU ops) sizes
+    ping-pong grids for ``sms`` SMs (every program walks several tiles on small test shapes),
+    and every ping-pong kernel it launches is appended to the returned list."""
     import pytest
 
-    import fusedmlp.ops.glu as glu_ops
-
+    if ops is None:
+        import fusedmlp.ops.glu as ops
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the ping-pong kernels are for compute capability 9.0")
-    monkeypatch.setattr(glu_ops, "num_sms", lambda t: sms)
+    monkeypatch.setattr(ops, "num_sms", lambda t: sms)
     kernels = []
-    real = glu_ops.launch_pingpong
-    monkeypatch.setattr(glu_ops, "launch_pingpong",
+    real = ops.launch_pingpong
+    monkeypatch.setattr(ops, "launch_pingpong",
                         lambda kernel, *args, **kwargs: kernels.append(kernel) or real(kernel, *args, **kwargs))
     return kernels
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import (
     TOLERANCE, assert_close, backward_peak_bytes, check_backward_twice, compile_pingpong_for_hopper,
-    first_store_backward_errors, forcing_tma_config, recording_glu_pingpong_launches, rel_err,
+    first_store_backward_errors, forcing_tma_config, recording_pingpong_launches, rel_err,
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -401,7 +401,7 @@ def test_pingpong_forward_on_gpu(monkeypatch, dtype, recompute):
     column and K tiles."""
     import fusedmlp.ops.glu as glu_ops
 
-    kernels = recording_glu_pingpong_launches(monkeypatch)
+    kernels = recording_pingpong_launches(monkeypatch)
     cast = lambda t: None if t is None else t.to(dtype)  # noqa: E731
     for shape, bias in [((1000,), True), ((3, 111), False)]:
         x64, w64, b64, g64 = make_inputs(shape, 200, 392, dtype, "cuda", bias)
@@ -422,7 +422,7 @@ def test_cooperative_forward_on_gpu(monkeypatch, dtype):
     program walks several tiles. The store mode keeps the ping-pong form."""
     import fusedmlp.ops.glu as glu_ops
 
-    recording_glu_pingpong_launches(monkeypatch)
+    recording_pingpong_launches(monkeypatch)
     forms = []
     real = glu_ops.launch_pingpong
     monkeypatch.setattr(glu_ops, "launch_pingpong", lambda kernel, config, *args, **kwargs: (

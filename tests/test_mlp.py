@@ -272,6 +272,15 @@ def test_backward_reuses_the_forwards_padded_copies(device, small_on_chip, monke
         assert rel_err(got, want) < TOLERANCE[dtype], i
 
 
+def record_first_layer_gemms(monkeypatch, what) -> list:
+    """``what(x)`` of each x that layer 0 runs on as a GEMM of its own (linear_act's forward)."""
+    calls = []
+    original = mlp_ops.linear_act_forward_impl
+    monkeypatch.setattr(mlp_ops, "linear_act_forward_impl", lambda x, *rest: calls.append(what(x)) or
+                        original(x, *rest))
+    return calls
+
+
 @pytest.fixture
 def first_layer_gemm(monkeypatch):
     """Layer 0 as a GEMM of its own wherever the plan allows it (on a GPU: Hopper, 16 bits,
@@ -338,11 +347,7 @@ def split_when_graphed(monkeypatch):
     monkeypatch.setattr(mlp_ops, "pingpong_device", lambda t: True)
     monkeypatch.setattr(mlp_ops, "FIRST_LAYER_GEMM_MIN_ROWS", 2**62)
     monkeypatch.setattr(mlp_ops, "FIRST_LAYER_GEMM_MIN_ROWS_GRAPHED", 1)
-    calls = []
-    original = mlp_ops.linear_act_forward_impl
-    monkeypatch.setattr(mlp_ops, "linear_act_forward_impl", lambda x, *rest: calls.append(x.shape[0]) or
-                        original(x, *rest))
-    return calls
+    return record_first_layer_gemms(monkeypatch, lambda x: x.shape[0])
 
 
 @pytest.mark.parametrize("recompute", [False, True], ids=["saves", "recompute"])
@@ -520,10 +525,7 @@ def test_top_mlp_first_layer_gemm_on_gpu(monkeypatch, recompute):
     with and without a tail row block; and a SiLU stack, whose layer 0 saves z_0."""
     if not mlp_ops.pingpong_device(torch.empty(0, device="cuda", dtype=torch.bfloat16)):
         pytest.skip("the ping-pong kernels need compute capability 9.0")
-    calls = []
-    original = mlp_ops.linear_act_forward_impl
-    monkeypatch.setattr(mlp_ops, "linear_act_forward_impl",
-                        lambda x, *rest: calls.append(x.stride()) or original(x, *rest))
+    calls = record_first_layer_gemms(monkeypatch, lambda x: x.stride())
     for batch in (mlp_ops.FIRST_LAYER_GEMM_MIN_ROWS, 3 * mlp_ops.FIRST_LAYER_GEMM_MIN_ROWS + 77):
         for transform in (None, _nan_padded_rows):
             calls.clear()
@@ -547,10 +549,7 @@ def test_top_mlp_step_replayed_from_a_cuda_graph(monkeypatch, recompute):
     copied into the interaction's NaN-padded rows inside the step."""
     if not mlp_ops.pingpong_device(torch.empty(0, device="cuda", dtype=torch.bfloat16)):
         pytest.skip("the ping-pong kernels need compute capability 9.0")
-    calls = []
-    original = mlp_ops.linear_act_forward_impl
-    monkeypatch.setattr(mlp_ops, "linear_act_forward_impl", lambda x, *rest: calls.append(x.shape) or
-                        original(x, *rest))
+    calls = record_first_layer_gemms(monkeypatch, lambda x: x.shape)
     m, bf16 = mlp_ops.FIRST_LAYER_GEMM_MIN_ROWS_GRAPHED, torch.bfloat16
     for transform in (None, _nan_padded_rows):
         x64, weights, biases, g64 = make_stack(DLRM_TOP, "cuda", True, (m,))

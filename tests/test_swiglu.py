@@ -4,7 +4,7 @@ import pytest
 import torch
 from helpers import (
     TOLERANCE, assert_close, backward_peak_bytes, check_against_float64, check_backward_twice,
-    first_store_backward_errors, recording_glu_pingpong_launches, rel_err,
+    first_store_backward_errors, recording_pingpong_launches, rel_err,
 )
 
 import fusedmlp
@@ -154,7 +154,7 @@ def test_pingpong_backward_on_gpu(monkeypatch, dtype):
     with z and without; then swiglu's gradients end to end, with and without W_down's."""
     import fusedmlp.ops.glu as glu_ops
 
-    kernels = recording_glu_pingpong_launches(monkeypatch)
+    kernels = recording_pingpong_launches(monkeypatch)
     rows, dim, hidden = 1000, 200, 392
     gy, x, w_gate, w_up = (torch.randn(*shape, dtype=torch.float64) for shape in
                            [(rows, dim), (rows, dim), (hidden, dim), (hidden, dim)])
