@@ -157,7 +157,7 @@ print(json.dumps(errors))
 
 
 _COMPILE_PINGPONG = """
-import json, sys, torch, triton
+import json, os, re, subprocess, sys, tempfile, torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon._runtime import GluonASTSource
@@ -178,35 +178,48 @@ def desc(name):  # the main loop's left operand (x, or LoRA's xs), a [K, N] weig
              config[cols]]
     layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
     return mangle_type(TensorDescriptor.from_tensor(base, block, layout))
+cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 results = {}
 for i, act in enumerate(activations):
-    signature, constants = {}, {}
-    for p in kernel.params:
-        if p.is_constexpr:
-            constants[p.name] = (act if p.name == "ACT" else config[p.name] if p.name in config
-                                 else bool(i % 2) if p.name.startswith("STORE_") else True)
-            signature[p.name] = "constexpr"
-        else:
-            signature[p.name] = (desc(p.name) if p.name.endswith("_desc") else "*bf16" if p.name.endswith("_ptr")
-                                 else "i32")
-    positions = {(kernel.arg_names.index(k),): v for k, v in constants.items()}
-    compiled = triton.compile(GluonASTSource(kernel, signature, constexprs=positions),
-                              target=GPUTarget("cuda", 90, 32),
-                              options={"num_warps": config["num_warps"], "maxnreg": config["maxnreg"]})
-    ptx = compiled.asm["ptx"]
-    results[act] = {"wgmma": "wgmma.mma_async" in ptx, "setmaxnreg": "setmaxnreg" in ptx,
-                    "shared": compiled.metadata.shared}
+    for has_bias in ((True, False) if "HAS_BIAS" in kernel.arg_names else (True,)):
+        signature, constants = {}, {}
+        for p in kernel.params:
+            if p.is_constexpr:
+                constants[p.name] = (act if p.name == "ACT" else config[p.name] if p.name in config
+                                     else has_bias if p.name == "HAS_BIAS"
+                                     else bool(i % 2) if p.name.startswith("STORE_") else True)
+                signature[p.name] = "constexpr"
+            else:
+                signature[p.name] = (desc(p.name) if p.name.endswith("_desc") else "*bf16" if p.name.endswith("_ptr")
+                                     else "i32")
+        positions = {(kernel.arg_names.index(k),): v for k, v in constants.items()}
+        compiled = triton.compile(GluonASTSource(kernel, signature, constexprs=positions),
+                                  target=GPUTarget("cuda", 90, 32),
+                                  options={"num_warps": config["num_warps"], "maxnreg": config["maxnreg"]})
+        ptx = compiled.asm["ptx"]
+        facts = {"wgmma": "wgmma.mma_async" in ptx, "setmaxnreg": "setmaxnreg" in ptx,
+                 "shared": compiled.metadata.shared, "stack": None}
+        if os.path.exists(cuobjdump):  # the per-thread stack: what ptxas spilled (and a few saved values)
+            with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+                cubin.write(compiled.asm["cubin"])
+                cubin.flush()
+                usage = subprocess.run([cuobjdump, "-res-usage", cubin.name], capture_output=True, text=True).stdout
+            facts["stack"] = int(re.search(r"STACK:(\d+)", usage).group(1))
+        results[f"{act}/{'bias' if has_bias else 'no bias'}"] = facts
 print(json.dumps(results))
 """
 
 
-def compile_pingpong_for_hopper(module: str, kernel: str, config: str, activations):
+def compile_pingpong_for_hopper(module: str, kernel: str, config: str, activations, max_stack: int = None):
     """Compile the Gluon ping-pong kernel ``kernels/<module>.py:<kernel>`` with its config for
     sm_90a with the installed Triton (Triton compiles for a named target without a GPU), one
-    activation at a time (the store flags alternate), and assert each has its wgmma main loop,
-    its register moves and at most 227 KiB of shared memory: a Triton whose Gluon API moved
-    fails here before a GPU run would. In a child process: the interpreter the suite runs
-    under turns every @triton.jit function into one that compiled code cannot call."""
+    activation at a time (the store flags alternate), with a bias and without where the kernel
+    takes one, and assert each has its wgmma main loop, its register moves and at most 227 KiB
+    of shared memory: a Triton whose Gluon API moved fails here before a GPU run would. With
+    ``max_stack``, also at most that many bytes of stack per thread (ptxas's spills, read with
+    the cuobjdump Triton ships) where cuobjdump is there. In a child process: the interpreter
+    the suite runs under turns every @triton.jit function into one that compiled code cannot
+    call. Returns {"ACT/bias" or "ACT/no bias": facts}."""
     import json
     import os
     import subprocess
@@ -217,7 +230,10 @@ def compile_pingpong_for_hopper(module: str, kernel: str, config: str, activatio
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads(run.stdout.strip().splitlines()[-1])
-    assert sorted(results) == sorted(activations)
-    for act, facts in results.items():
-        assert facts["wgmma"] and facts["setmaxnreg"], (act, facts)
-        assert facts["shared"] <= 227 * 1024, (act, facts)
+    assert sorted({name.split("/")[0] for name in results}) == sorted(activations)
+    for variant, facts in results.items():
+        assert facts["wgmma"] and facts["setmaxnreg"], (variant, facts)
+        assert facts["shared"] <= 227 * 1024, (variant, facts)
+        if max_stack is not None and facts["stack"] is not None:
+            assert facts["stack"] <= max_stack, (variant, facts)
+    return results

@@ -194,7 +194,8 @@ def split_column_halves(acc, half_layout: gl.constexpr):
 @gluon.jit
 def tile_bias(b_ptr, col_start, N, BLOCK_N: gl.constexpr, acc_layout: gl.constexpr):
     """The bias of a tile's columns as an fp32 row in the accumulator's layout (zeros past N).
-    Consumers load it before the tile's main loop, which hides its latency."""
+    The forward's consumers load it before the tile's main loop, which hides its latency (the
+    recompute dh consumer after it: its registers are short)."""
     cols = col_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
     return gl.load(b_ptr + cols, mask=cols < N, other=0.0).to(gl.float32)[None, :]
 
@@ -312,22 +313,29 @@ def pingpong_glu_dh_consumer(
         if RECOMPUTE:
             mbarrier.expect(bar, in1_desc.block_type.nbytes)
             _tma_load(in1_desc, [row_start, col_start], bar, dh1_buf)
-            if HAS_BIAS:
-                bias1 = tile_bias(b1_ptr, col_start, N, BLOCK_N, acc_layout)
-                bias2 = tile_bias(b2_ptr, col_start, N, BLOCK_N, acc_layout)
             x1, x2 = split_column_halves(
                 pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, False,
                                   accumulator_layout(2 * BLOCK_N), False),
                 acc_layout)
+            # The orders with the fewest spills from ptxas (sm_90a; benchmarks/NOTES.md, "Spills
+            # in the epilogues"): the biases loaded after the main loop (loaded before it, their
+            # registers stay live through it), and x1 * act'(x2) formed before g arrives with a
+            # bias, g * x1 first without one: 16 and 0 bytes of stack where the previous order
+            # had 72 and 200; others tried had up to 0.6 KB.
             if HAS_BIAS:
-                x1 = x1 + bias1
-                x2 = x2 + bias2
-            act_x2, act_grad_x2 = activation_value_and_grad(x2, ACT)
-            # x1 * act'(x2) before g is loaded, so that x1, x2 and act' are dead by then: in
-            # the other order the consumer spilled 0.3-0.6 KB per thread (ptxas, sm_90a)
-            x1_act_grad = x1 * act_grad_x2
-            mbarrier.wait(bar, (i // 2) & 1)
-            g = dh1_buf.load(acc_layout).to(gl.float32)
+                x1 = x1 + tile_bias(b1_ptr, col_start, N, BLOCK_N, acc_layout)
+                x2 = x2 + tile_bias(b2_ptr, col_start, N, BLOCK_N, acc_layout)
+                act_x2, act_grad_x2 = activation_value_and_grad(x2, ACT)
+                x1_act_grad = x1 * act_grad_x2
+                mbarrier.wait(bar, (i // 2) & 1)
+                g = dh1_buf.load(acc_layout).to(gl.float32)
+                dh2 = g * x1_act_grad
+            else:
+                mbarrier.wait(bar, (i // 2) & 1)
+                g = dh1_buf.load(acc_layout).to(gl.float32)
+                g_x1 = g * x1
+                act_x2, act_grad_x2 = activation_value_and_grad(x2, ACT)
+                dh2 = g_x1 * act_grad_x2
         else:
             mbarrier.expect(bar, 2 * in1_desc.block_type.nbytes)
             _tma_load(in1_desc, [row_start, col_start], bar, dh1_buf)
@@ -340,9 +348,7 @@ def pingpong_glu_dh_consumer(
             # here act and g * x1 * act' after the loads (x1 * act' first spilled 0.9 KB with silu)
             act_x2, act_grad_x2 = activation_value_and_grad(x2, ACT)
         dh1 = g * act_x2
-        if RECOMPUTE:
-            dh2 = g * x1_act_grad
-        else:
+        if not RECOMPUTE:
             dh2 = g * x1 * act_grad_x2
         dh1_buf.store(dh1.to(dh1_desc.dtype))
         dh2_buf.store(dh2.to(dh2_desc.dtype))
