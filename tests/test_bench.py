@@ -79,6 +79,20 @@ def test_cli_rejects_bad_arguments(capsys):
     with pytest.raises(SystemExit):
         cli.main(["bench", "mlp", "--backward-thread", "sideways"])
     assert "invalid choice: 'sideways'" in capsys.readouterr().err
+    assert cli.main(["bench", "geglu", "--activation", "relu"]) == 2
+    assert "--activation applies to the linear_act suite, not geglu" in capsys.readouterr().err
+    assert cli.main(["bench", "linear_act", "--activation", "swish"]) == 2
+    assert "activation must be one of" in capsys.readouterr().err
+
+
+def test_linear_act_suite_takes_the_activation(monkeypatch):
+    from fusedmlp.bench.suites import linear_act as linear_suite
+
+    monkeypatch.setattr(linear_suite, "ACTIVATION", linear_suite.ACTIVATION)  # restored afterwards
+    linear_suite.set_activation("gelu")
+    x, w, b = torch.randn(5, 8, dtype=torch.float64), torch.randn(6, 8, dtype=torch.float64), torch.randn(6, dtype=torch.float64)
+    pre = x @ w.t() + b
+    assert torch.allclose(linear_suite.eager_linear_act(x, w, b), torch.nn.functional.gelu(pre))
 
 
 def test_default_impls():

@@ -67,6 +67,15 @@ def cmd_bench(args) -> int:
     from fusedmlp.bench.suites import SUITES
 
     suite = importlib.import_module(SUITES[args.suite])
+    if args.activation is not None:
+        if not hasattr(suite, "set_activation"):
+            print(f"--activation applies to the linear_act suite, not {args.suite}", file=sys.stderr)
+            return 2
+        try:
+            suite.set_activation(args.activation)
+        except ValueError as exc:
+            print(exc, file=sys.stderr)
+            return 2
     dtype = getattr(torch, DTYPES[args.dtype])
     env = harness.environment()
     if not has_gpu:
@@ -106,6 +115,9 @@ def cmd_bench(args) -> int:
             return 2
     env["backward_thread"] = args.backward_thread
     stem = f"{args.suite}_{args.dtype}_{env['device'].replace(' ', '_')}"
+    if args.activation is not None:
+        env["activation"] = args.activation
+        stem += f"_{args.activation}"
     if args.backward_thread != "device":
         stem += f"_{args.backward_thread}_bwd"
     json_path = Path(args.out) / f"{stem}.json"
@@ -269,6 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "fused,fused_in_loop,eager,compile,compile_max,gemm; add_mul_act: fused_triton,fused_cuda,eager,"
                             "compile; mlp: fused,fused_recompute,fused_graph,eager,compile,compile_max,cuda_graph; dlrm: fused,"
                             "fused_graph,eager,eager_sparse,compile,eager_graph,compile_graph")
+    bench.add_argument("--activation", default=None,
+                       help="linear_act: the activation every impl applies (identity, relu, squared_relu, gelu, "
+                            "gelu_tanh, sigmoid, silu; default gelu_tanh), named in the output files' names")
     bench.add_argument("--max-autotune", action="store_true",
                        help="also time torch.compile(mode='max-autotune') (compiles for minutes)")
     bench.add_argument("--modes", default=None, help="comma-separated subset of fwd,bwd,fwd+bwd (mlp: fwd,fwd+bwd; "

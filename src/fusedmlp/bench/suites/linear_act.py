@@ -10,7 +10,8 @@ Shapes are (tokens, in, out). Implementations, side by side in one run on one de
     gemm           the bare cuBLAS GEMMs of the same shape (fwd: x @ W.T; bwd: dpre @ W and
                    dpre.T @ x; fwd+bwd: all three): the floor
 
-The activation is gelu_tanh (``ACTIVATION``). TFLOP/s counts the model's GEMM work
+The activation is gelu_tanh (``ACTIVATION``), or another one with ``--activation`` (every impl
+applies the same one). TFLOP/s counts the model's GEMM work
 (2 * tokens * in * out per GEMM, 3 for fwd+bwd).
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from ...ops.activations import activation_reference
+from ...ops.activations import activation_reference, check_activation
 from ..harness import Measurement, available_impls, run_suite
 from ..harness import summary_table as harness_summary_table
 
@@ -34,6 +35,12 @@ DEFAULT_SHAPES = SHAPE_PRESETS["default"]
 IMPLS = ("fused", "fused_preact", "eager", "compile", "compile_max", "gemm")
 PEERS = ("eager", "compile", "compile_max")
 MODES = ("fwd", "bwd", "fwd+bwd")
+
+
+def set_activation(name: str) -> None:
+    """``fusedmlp bench linear_act --activation NAME``: the activation of every impl."""
+    global ACTIVATION
+    ACTIVATION = check_activation(name)
 
 
 def default_impls(max_autotune: bool = False) -> list[str]:
