@@ -321,7 +321,7 @@ def pingpong_glu_dh_consumer(
             # in the epilogues"): the biases loaded after the main loop (loaded before it, their
             # registers stay live through it), and x1 * act'(x2) formed before g arrives with a
             # bias, g * x1 first without one: 16 and 0 bytes of stack where the previous order
-            # had 72 and 200; others tried had up to 0.6 KB.
+            # had 72 and 200; others tried had up to 240.
             if HAS_BIAS:
                 x1 = x1 + tile_bias(b1_ptr, col_start, N, BLOCK_N, acc_layout)
                 x2 = x2 + tile_bias(b2_ptr, col_start, N, BLOCK_N, acc_layout)
