@@ -49,7 +49,8 @@ if "linear" in which:
         pre = torch.randn(m, n, device="cuda", dtype=dt)
         gy = torch.randn(m, n, device="cuda", dtype=dt)
         for act in ("gelu", "gelu_tanh"):  # dpre = gy * act'(pre) and db's partials, no dx
-            r[act + "_dpre_stream"] = graph_us(lambda: la_ops._launch_backward(gy, pre, w, act, False, True, True, False))
+            r[act + "_dpre_stream"] = graph_us(
+                lambda: la_ops._launch_backward(gy, pre, w, act, False, True, True, False))
         rows.append(r)
         print_sweep_row(r)
 with open(os.path.join(os.environ.get("OUT", "."), f"epilogue_spills{tag}.json"), "w") as f:

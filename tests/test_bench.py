@@ -90,7 +90,8 @@ def test_linear_act_suite_takes_the_activation(monkeypatch):
 
     monkeypatch.setattr(linear_suite, "ACTIVATION", linear_suite.ACTIVATION)  # restored afterwards
     linear_suite.set_activation("gelu")
-    x, w, b = torch.randn(5, 8, dtype=torch.float64), torch.randn(6, 8, dtype=torch.float64), torch.randn(6, dtype=torch.float64)
+    x, w = torch.randn(5, 8, dtype=torch.float64), torch.randn(6, 8, dtype=torch.float64)
+    b = torch.randn(6, dtype=torch.float64)
     pre = x @ w.t() + b
     assert torch.allclose(linear_suite.eager_linear_act(x, w, b), torch.nn.functional.gelu(pre))
 

@@ -194,8 +194,8 @@ def split_column_halves(acc, half_layout: gl.constexpr):
 @gluon.jit
 def tile_bias(b_ptr, col_start, N, BLOCK_N: gl.constexpr, acc_layout: gl.constexpr):
     """The bias of a tile's columns as an fp32 row in the accumulator's layout (zeros past N).
-    The forward's consumers load it before the tile's main loop, which hides its latency (the
-    recompute dh consumer after it: its registers are short)."""
+    The forward's consumers load it before the tile's main loop, which hides its latency; the
+    recompute dh consumer loads it after (held through the main loop, it made ptxas spill)."""
     cols = col_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
     return gl.load(b_ptr + cols, mask=cols < N, other=0.0).to(gl.float32)[None, :]
 
