@@ -54,16 +54,8 @@ _GELU_TANH_D1 = tl.constexpr(0.21406444881780076)
 # Phi folded into the constant term.
 _ERFC_P = (-1.26551223, 1.00002368, 0.374091963, 0.0967841694, -0.186287998, 0.278867969, -1.13520388,
            1.48851582, -0.822152216, 0.170872777)
-_PHI_Q0 = tl.constexpr(_ERFC_P[0] * 1.4426950408889634 - 1.0)
-_PHI_Q1 = tl.constexpr(_ERFC_P[1] * 1.4426950408889634)
-_PHI_Q2 = tl.constexpr(_ERFC_P[2] * 1.4426950408889634)
-_PHI_Q3 = tl.constexpr(_ERFC_P[3] * 1.4426950408889634)
-_PHI_Q4 = tl.constexpr(_ERFC_P[4] * 1.4426950408889634)
-_PHI_Q5 = tl.constexpr(_ERFC_P[5] * 1.4426950408889634)
-_PHI_Q6 = tl.constexpr(_ERFC_P[6] * 1.4426950408889634)
-_PHI_Q7 = tl.constexpr(_ERFC_P[7] * 1.4426950408889634)
-_PHI_Q8 = tl.constexpr(_ERFC_P[8] * 1.4426950408889634)
-_PHI_Q9 = tl.constexpr(_ERFC_P[9] * 1.4426950408889634)
+_PHI_Q0, _PHI_Q1, _PHI_Q2, _PHI_Q3, _PHI_Q4, _PHI_Q5, _PHI_Q6, _PHI_Q7, _PHI_Q8, _PHI_Q9 = (
+    tl.constexpr(c * _LOG2E.value - (1.0 if power == 0 else 0.0)) for power, c in enumerate(_ERFC_P))
 _HALF_INV_SQRT_2 = tl.constexpr(0.35355339059327373)
 
 
