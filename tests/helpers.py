@@ -156,7 +156,7 @@ print(json.dumps(errors))
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-_COMPILE_PINGPONG = """
+_COMPILE_PINGPONG = r"""
 import json, os, re, subprocess, sys, tempfile, torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon import language as gl

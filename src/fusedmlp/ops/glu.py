@@ -29,7 +29,10 @@ torch.compile sees them). Where dh is a new tensor (recompute mode, and the stor
 torch.compile, whose custom ops do not mutate their inputs), the backward walks the rows in
 up to 4 chunks when dh would exceed 256 MiB (``backward_row_chunks``), so that only one
 chunk's dh exists at a time; dW accumulates over the chunks in its own dtype (one rounding
-per chunk), db in fp32.
+per chunk), db in fp32. Where the rows are too few for 4 such chunks (under 16384) the
+recompute mode splits the output's columns instead (``_dh_chunks``): a chunk of columns
+[c0, c1) is the GLU of weight rows c0:c1 and out+c0:out+c1, so its dh comes from x alone,
+its dW rows are written whole, and dx adds its two products (one rounding per product).
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ from ..kernels.glu import (
     glu_fwd_pingpong_kernel,
     glu_fwd_tma_kernel,
 )
+from . import _common
 from ._common import (
     check_bool,
     acc_dtypes,
@@ -337,15 +341,20 @@ def _geglu_forward_impl(x, weight, bias, act, store_h):
 
 
 def _backward(grad_y, x, weight, bias, h, act, needs, traced, in_place=False):
-    """(dx, dW, db) or None where ``needs`` says it is not wanted, walking the rows in chunks
-    (``backward_row_chunks``) so that only one chunk's dh exists at a time. ``traced``: the
-    formula runs under torch.compile's tracing (custom ops only). ``in_place``: dh is written
-    over the stored h (no transient, so one chunk)."""
+    """(dx, dW, db) or None where ``needs`` says it is not wanted, forming dh one chunk at a
+    time (``_dh_chunks``: row ranges, or in recompute mode column ranges of the output) so that
+    only one chunk's dh exists at a time. ``traced``: the formula runs under torch.compile's
+    tracing (custom ops only). ``in_place``: dh is written over the stored h (no transient, so
+    one chunk)."""
     needs_x, needs_w, needs_b = needs
-    out = weight.shape[0] // 2
+    m, out = x.shape[0], weight.shape[0] // 2
+    row_bytes = 0 if in_place else 2 * out * x.element_size()
+    by_columns, chunks = _dh_chunks(m, out, row_bytes, h is None)
+    if by_columns:
+        return _backward_by_columns(grad_y, x, weight, bias, act, needs, traced, chunks)
     grad_x = x.new_empty(x.shape) if needs_x else None
     grad_w = db = None
-    for start, stop in backward_row_chunks(x.shape[0], GLU_BWD_BLOCK_M, 0 if in_place else 2 * out * x.element_size()):
+    for start, stop in chunks:
         rows = slice(start, stop)
         if in_place:
             dh, db_rows, _ = glu_backward_dh_impl(grad_y[rows], x[rows], *_halves(weight, out), *_halves(bias, out),
@@ -364,6 +373,53 @@ def _backward(grad_y, x, weight, bias, h, act, needs, traced, in_place=False):
         del dh  # before the next chunk allocates its own: one dh alive at a time
     grad_b = db.to(x.dtype) if (bias is not None and needs_b) else None
     return grad_x, grad_w, grad_b
+
+
+def _backward_by_columns(grad_y, x, weight, bias, act, needs, traced, chunks):
+    """The recompute backward over column ranges [c0, c1) of the output: each chunk's dh is
+    [dh1 | dh2] of those columns (the weight rows c0:c1 and out+c0:out+c1, recomputed on the
+    kernel's tile), its dW rows are written whole, and dx adds the chunk's two products."""
+    needs_x, needs_w, needs_b = needs
+    out = weight.shape[0] // 2
+    grad_x = x.new_empty(x.shape) if needs_x else None
+    grad_w = x.new_empty(weight.shape) if needs_w else None
+    db_halves = ([], [])  # each chunk's db of x1's columns, of x2's: one concatenation at the end
+    for c0, c1 in chunks:
+        halves = (slice(c0, c1), slice(out + c0, out + c1))
+        w1, w2 = (weight[half] for half in halves)
+        b1, b2 = (None, None) if bias is None else (bias[half] for half in halves)
+        dh, db_cols, _ = glu_backward_dh(traced)(grad_y[:, c0:c1], x, w1, w2, b1, b2, None, act, None, False)
+        dh1, dh2 = dh[:, :c1 - c0], dh[:, c1 - c0:]
+        if needs_x:
+            if c0 == 0:
+                torch.mm(dh1, w1, out=grad_x)
+            else:
+                grad_x.addmm_(dh1, w1)
+            grad_x.addmm_(dh2, w2)
+        if needs_w:
+            torch.mm(dh1.t(), x, out=grad_w[halves[0]])
+            torch.mm(dh2.t(), x, out=grad_w[halves[1]])
+        if bias is not None:
+            db_halves[0].append(db_cols[:c1 - c0])
+            db_halves[1].append(db_cols[c1 - c0:])
+        del dh, dh1, dh2  # one chunk's dh alive at a time
+    grad_b = torch.cat(db_halves[0] + db_halves[1]).to(x.dtype) if (bias is not None and needs_b) else None
+    return grad_x, grad_w, grad_b
+
+
+def _dh_chunks(m, out, row_bytes, columns_allowed):
+    """(by_columns, ranges) of the backward's dh: the row ranges of ``backward_row_chunks``;
+    or, where those rows are too few to split dh into ``BWD_MAX_CHUNKS`` chunks and
+    ``columns_allowed`` (recompute mode: the kernel forms any column range of dh from x), column
+    ranges of the output, as many as keep each chunk within ``BWD_COLUMN_CHUNK_BYTES``, in
+    multiples of 128 columns (whole tiles of the dh kernel, 16-byte aligned views of g)."""
+    dh_bytes = m * row_bytes
+    if (columns_allowed and dh_bytes > _common.BWD_CHUNK_BYTES and out >= 256
+            and m < _common.BWD_MAX_CHUNKS * _common.BWD_MIN_CHUNK_ROWS):
+        count = triton.cdiv(dh_bytes, _common.BWD_COLUMN_CHUNK_BYTES)
+        width = triton.cdiv(triton.cdiv(out, count), 128) * 128
+        return True, [(c0, min(c0 + width, out)) for c0 in range(0, out, width)]
+    return False, backward_row_chunks(m, GLU_BWD_BLOCK_M, row_bytes)
 
 
 # --------------------------------------------------------------------------------------
