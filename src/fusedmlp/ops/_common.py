@@ -215,7 +215,7 @@ BWD_CHUNK_BYTES = 256 * 2**20
 # backward splits dh by output columns instead (ops/glu.py), into chunks of at most this: each
 # column chunk adds two read-modify-writes of dx ([rows, in]) where a row chunk adds one of
 # dW ([2*out, in]), and at d = 4096, N = 8192 112 MiB keeps the step's peak under 0.6x
-# Liger-Kernel's for 1-2% of its time (benchmarks/geglu_dh_chunks.py).
+# Liger-Kernel's for 0-3% of its time (benchmarks/geglu_dh_chunks.py, benchmarks/NOTES.md).
 BWD_COLUMN_CHUNK_BYTES = 112 * 2**20
 
 
