@@ -34,8 +34,7 @@ def plan_of(name):
 
     def chunks(m, out, row_bytes, columns_allowed):
         if by_columns and columns_allowed:
-            width = triton.cdiv(triton.cdiv(out, count), 128) * 128
-            return True, [(c0, min(c0 + width, out)) for c0 in range(0, out, width)]
+            return True, glu.column_ranges(out, count)
         rows = triton.cdiv(triton.cdiv(m, count), 128) * 128
         return False, [(start, min(start + rows, m)) for start in range(0, m, rows)]
     return chunks

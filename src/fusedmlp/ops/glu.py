@@ -416,10 +416,15 @@ def _dh_chunks(m, out, row_bytes, columns_allowed):
     dh_bytes = m * row_bytes
     if (columns_allowed and dh_bytes > _common.BWD_CHUNK_BYTES and out >= 256
             and m < _common.BWD_MAX_CHUNKS * _common.BWD_MIN_CHUNK_ROWS):
-        count = triton.cdiv(dh_bytes, _common.BWD_COLUMN_CHUNK_BYTES)
-        width = triton.cdiv(triton.cdiv(out, count), 128) * 128
-        return True, [(c0, min(c0 + width, out)) for c0 in range(0, out, width)]
+        return True, column_ranges(out, triton.cdiv(dh_bytes, _common.BWD_COLUMN_CHUNK_BYTES))
     return False, backward_row_chunks(m, GLU_BWD_BLOCK_M, row_bytes)
+
+
+def column_ranges(out, count):
+    """(c0, c1) ranges splitting ``out`` columns into about ``count`` chunks of whole 128-column
+    multiples (the last one shorter)."""
+    width = triton.cdiv(triton.cdiv(out, count), 128) * 128
+    return [(c0, min(c0 + width, out)) for c0 in range(0, out, width)]
 
 
 # --------------------------------------------------------------------------------------

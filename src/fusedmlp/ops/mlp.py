@@ -230,8 +230,7 @@ def _first_layer_as_gemm(x, plan: MLPPlan, graphed: bool = False) -> bool:
     metadata alone, so that fake tensors get the same answer (the custom op never passes
     ``graphed``). The layer's output width must give 16-byte rows (TMA writes them; the rest of
     the stack reads them as they are)."""
-    min_rows = min(FIRST_LAYER_GEMM_MIN_ROWS, FIRST_LAYER_GEMM_MIN_ROWS_GRAPHED) if graphed \
-        else FIRST_LAYER_GEMM_MIN_ROWS
+    min_rows = FIRST_LAYER_GEMM_MIN_ROWS_GRAPHED if graphed else FIRST_LAYER_GEMM_MIN_ROWS
     return (plan.roles[0] == "streamed" and plan.widths[0] >= ALIGN_MIN_WIDTH
             and aligned_width(plan.widths[1], x.element_size()) == plan.widths[1]
             and x.shape[0] >= min_rows and pingpong_device(x))
