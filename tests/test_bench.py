@@ -124,6 +124,8 @@ def test_new_suites_cpu_check(capsys, suite):
 def test_generic_summary_and_bar_plot(tmp_path):
     pytest.importorskip("matplotlib")
     from fusedmlp.bench.plot import plot_results
+    from fusedmlp.bench.suites import linear_act as linear_act_suite
+    from fusedmlp.bench.suites import lora as lora_suite
     from fusedmlp.bench.suites import swiglu as swiglu_suite
 
     rows = [harness.Measurement("swiglu", {"tokens": 64, "d": 16, "hidden": 40}, "bfloat16", impl, mode,
@@ -135,6 +137,19 @@ def test_generic_summary_and_bar_plot(tmp_path):
     assert first["fused/compile"] == pytest.approx(0.1 / 0.3) and first["fused/gemm"] == pytest.approx(0.1 / 0.4)
     json_path = tmp_path / "swiglu.json"
     harness.write_json(json_path, harness.environment(), rows)
+
+    # graphed impls: the plain fused step is not set against a graphed peer, the graphed one
+    # against every peer; a graphed backward alone is not measured (no row, no ratio)
+    graphed = rows + [harness.Measurement("swiglu", rows[0].shape, "bfloat16", impl, mode, ms=ms)
+                      for impl, ms in (("fused_graph", 0.05), ("compile_graph", 0.2)) for mode in ("fwd", "fwd+bwd")]
+    headers, table = swiglu_suite.summary_table(graphed)
+    lines = {line[headers.index("mode")]: dict(zip(headers, line)) for line in table}
+    assert "fused/compile_graph" not in headers and "fused_graph ms" in headers
+    assert lines["fwd"]["fused_graph/compile_graph"] == pytest.approx(0.25)
+    assert lines["fwd"]["fused_graph/eager"] == pytest.approx(0.05 / 0.2)
+    assert lines["bwd"]["fused_graph ms"] is None and lines["bwd"]["fused_graph/compile_graph"] is None
+    assert all("fused_graph" in suite.IMPLS and "compile_graph" in suite.PEERS
+               for suite in (swiglu_suite, linear_act_suite, lora_suite))
     png = plot_results(json_path)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

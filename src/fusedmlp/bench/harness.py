@@ -219,6 +219,23 @@ def measure(forward, mode: str, inputs: tuple, g, steps=None):
     return ms, peak_mib_above_current(lambda: backward(y)), extra
 
 
+GRAPHED = "_graph"  # the suffix of a graphed impl: ``X_graph`` is impl X captured by graph_steps
+
+
+def graph_steps(forward, inputs: tuple, g) -> dict:
+    """{mode: replay of a CUDA graph capturing that mode of ``forward(*inputs)``} for fwd and
+    fwd+bwd (gradients for the inputs that require them, ``g`` upstream), each captured
+    through ``capture_cuda_graph`` (warm-up calls first, in ``graph_capture_mode``). A replay
+    costs no launch or Python time: what a step's kernels take once the host is out of the
+    way, on both sides of a comparison. The backward alone is not captured (a store mode's
+    backward writes over its forward's saved state, so it runs once per forward)."""
+    from .._cuda_graph import capture_cuda_graph
+
+    wrt = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+    fns = {"fwd": lambda: forward(*inputs), "fwd+bwd": lambda: torch.autograd.grad(forward(*inputs), wrt, g)}
+    return {mode: capture_cuda_graph(fn)[0].replay for mode, fn in fns.items()}
+
+
 def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make_forward, gemm_steps,
               gemms_per_mode, gemm_flops, on_shape_done=None, custom_steps=None) -> list[Measurement]:
     """Every (shape, impl, mode) of a suite, with a progress bar.
@@ -229,11 +246,17 @@ def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make
     ``gemms_per_mode[mode] * gemm_flops(shape)`` (the model's GEMM work). A failing
     implementation is recorded with its error and the run goes on; ``on_shape_done(rows)``
     runs after each shape (to save partial results). ``custom_steps`` maps other impls that
-    are timed as prepared steps (e.g. CUDA-graph replays) to ``fn(inputs, g) -> {mode: callable}``.
+    are timed as prepared steps (e.g. CUDA-graph replays) to ``fn(inputs, g) -> {mode: callable}``;
+    an impl ``X_graph`` without one is ``make_forward(X)`` captured by ``graph_steps`` (fwd and
+    fwd+bwd; its peak memory is the graph's pool, allocated at capture, so it reads as 0).
     """
     custom_steps = dict(custom_steps or {})
     if gemm_steps is not None:
         custom_steps["gemm"] = gemm_steps
+    for impl in impls:
+        if impl.endswith(GRAPHED) and impl not in custom_steps:
+            custom_steps[impl] = (lambda inputs, g, base=impl[:-len(GRAPHED)]:
+                                  graph_steps(make_forward(base), inputs, g))
     rows = []
     bar = progress(len(shapes) * len(impls) * len(modes), f"bench {name}")
     for shape in shapes:
@@ -242,11 +265,16 @@ def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make
         forwards = {impl: (None if impl in custom_steps else make_forward(impl)) for impl in impls}
         shape_dict = dict(zip(shape_fields, shape))
         for impl in impls:
+            steps = None
             for mode in modes:
                 bar.set_postfix_str(f"{shape_dict} {impl} {mode}")
                 row = Measurement(name, shape_dict, str(dtype).replace("torch.", ""), impl, mode)
                 try:
-                    steps = custom_steps[impl](inputs, g) if impl in custom_steps else None
+                    if impl in custom_steps and steps is None:  # prepared once per shape (graphs: captured)
+                        steps = custom_steps[impl](inputs, g)
+                    if steps is not None and mode not in steps:  # e.g. a graphed backward alone
+                        bar.update()
+                        continue
                     row.ms, row.peak_mib, row.extra = measure(forwards[impl], mode, inputs, g, steps)
                     row.tflops = gemms_per_mode[mode] * gemm_flops(shape) / (row.ms * 1e-3) / 1e12
                 except Exception as exc:  # a peer failing must not lose the other figures
@@ -254,6 +282,7 @@ def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make
                 rows.append(row)
                 torch.cuda.empty_cache()
                 bar.update()
+            del steps
         del inputs, g, forwards
         if on_shape_done is not None:
             on_shape_done(rows)
@@ -263,10 +292,13 @@ def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make
 
 def summary_table(rows: list[Measurement], impl_order, peers):
     """Headers and rows: one line per (shape, mode): ms per impl, ratios to the GEMM floor
-    and of each fused variant to each peer that ran (below 1 = fused is faster), peak MiB."""
+    and of each fused variant to each peer that ran (below 1 = fused is faster), peak MiB.
+    A plain fused variant is set against the plain peers only (a graphed peer pays no host
+    time); a graphed one (``*_graph``) against every peer."""
     impls = [i for i in impl_order if any(r.impl == i for r in rows)]
     fused = [i for i in impls if i.startswith("fused")]
     peers = [i for i in impls if i in peers]
+    pairs = [(f, p) for f in fused for p in peers if f.endswith(GRAPHED) or not p.endswith(GRAPHED)]
     fields = list(rows[0].shape) if rows else []
     keys = list(dict.fromkeys((tuple(r.shape.values()), r.mode) for r in rows))
     lookup = {(tuple(r.shape.values()), r.mode, r.impl): r for r in rows}
@@ -274,7 +306,7 @@ def summary_table(rows: list[Measurement], impl_order, peers):
     headers = fields + ["mode"] + [f"{i} ms" for i in impls]
     if "gemm" in impls:
         headers += [f"{i}/gemm" for i in impls if i != "gemm"]
-    headers += [f"{f}/{p}" for f in fused for p in peers]
+    headers += [f"{f}/{p}" for f, p in pairs]
     headers += [f"{i} MiB" for i in impls if i != "gemm"]
     table = []
     for shape, mode in keys:
@@ -283,7 +315,7 @@ def summary_table(rows: list[Measurement], impl_order, peers):
         line = list(shape) + [mode] + [ms[i] for i in impls]
         if "gemm" in impls:
             line += [ratio(ms[i], ms["gemm"]) for i in impls if i != "gemm"]
-        line += [ratio(ms[f], ms[p]) for f in fused for p in peers]
+        line += [ratio(ms[f], ms[p]) for f, p in pairs]
         line += [(got[i].peak_mib if got[i] else None) for i in impls if i != "gemm"]
         table.append(line)
     return headers, table

@@ -88,14 +88,17 @@ def _plot_bars(env, rows, json_path, png_path, plt):
     values = {(tuple(r["shape"].values()), r["mode"], r["impl"]): r for r in rows}
     fig, axes = plt.subplots(2, len(modes), figsize=(4.5 * len(modes), 6.4), squeeze=False)
     width = 0.8 / len(impls)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for col, mode in enumerate(modes):
         for row, (metric, title) in enumerate((("ms", "time (ms)"), ("peak_mib", "peak MiB above inputs"))):
             ax = axes[row][col]
             for k, impl in enumerate(impls):
-                if metric == "peak_mib" and impl == "gemm":
-                    continue
                 heights = [(values.get((s, mode, impl)) or {}).get(metric) or 0.0 for s in shapes]
-                ax.bar([i + k * width for i in range(len(shapes))], heights, width, label=impl)
+                # the GEMM floor's memory is not the op's; a graph's pool reads as 0; a mode an impl lacks
+                if (metric == "peak_mib" and impl == "gemm") or not any(heights):
+                    continue
+                ax.bar([i + k * width for i in range(len(shapes))], heights, width, label=impl,
+                       color=colors[k % len(colors)])  # one colour per impl in every panel
             ax.set_xticks([i + 0.4 - width / 2 for i in range(len(shapes))], labels, fontsize=7)
             ax.set_yscale("log")
             ax.set_title(f"{mode}: {title}", fontsize=9)

@@ -9,6 +9,11 @@ Shapes are (tokens, in, out). Implementations, side by side in one run on one de
     compile_max    torch.compile(mode="max-autotune") (only with --max-autotune)
     gemm           the bare cuBLAS GEMMs of the same shape (fwd: x @ W.T; bwd: dpre @ W and
                    dpre.T @ x; fwd+bwd: all three): the floor
+    fused_graph    fused captured in a CUDA graph and replayed (fwd and fwd+bwd;
+                   harness.graph_steps): the kernels' time, no launch or Python time
+    eager_graph    eager captured the same way
+    compile_graph  compile captured the same way: fused_graph's peer where plain
+                   calls are bound by host time
 
 The activation is gelu_tanh (``ACTIVATION``), or another one with ``--activation`` (every impl
 applies the same one). TFLOP/s counts the model's GEMM work
@@ -32,8 +37,9 @@ SHAPE_PRESETS = {
     "full": [(t, i, o) for t in (4096, 16384, 65536) for i, o in ((512, 1792), (1024, 4096), (4096, 14336))],
 }
 DEFAULT_SHAPES = SHAPE_PRESETS["default"]
-IMPLS = ("fused", "fused_preact", "eager", "compile", "compile_max", "gemm")
-PEERS = ("eager", "compile", "compile_max")
+IMPLS = ("fused", "fused_preact", "eager", "compile", "compile_max", "gemm",
+         "fused_graph", "eager_graph", "compile_graph")
+PEERS = ("eager", "compile", "compile_max", "eager_graph", "compile_graph")
 MODES = ("fwd", "bwd", "fwd+bwd")
 
 

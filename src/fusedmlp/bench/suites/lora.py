@@ -9,6 +9,11 @@ Implementations, side by side in one run on one device:
     compile    the same function under torch.compile (default mode)
     compile_max  torch.compile(mode="max-autotune") (only with --max-autotune)
     gemm       the bare cuBLAS base GEMM: fwd x @ W.T; bwd g @ W (W is frozen: no dW); both
+    fused_graph   fused captured in a CUDA graph and replayed (fwd and fwd+bwd;
+                  harness.graph_steps): the kernels' time, no launch or Python time
+    eager_graph   eager captured the same way
+    compile_graph compile captured the same way: fused_graph's peer where plain
+                  calls are bound by host time
 
 TFLOP/s counts the base layer's GEMM work (2 * tokens * d * d per GEMM: 1 fwd, 1 bwd).
 """
@@ -29,8 +34,9 @@ SHAPE_PRESETS = {
     "small": [(8192, 1024, 16), (32768, 4096, 16)],
 }
 DEFAULT_SHAPES = SHAPE_PRESETS["default"]
-IMPLS = ("fused", "fused_in_loop", "eager", "compile", "compile_max", "gemm")
-PEERS = ("eager", "compile", "compile_max")
+IMPLS = ("fused", "fused_in_loop", "eager", "compile", "compile_max", "gemm",
+         "fused_graph", "eager_graph", "compile_graph")
+PEERS = ("eager", "compile", "compile_max", "eager_graph", "compile_graph")
 MODES = ("fwd", "bwd", "fwd+bwd")
 
 

@@ -25,8 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..._cuda_graph import capture_cuda_graph
-from ..harness import Measurement, available_impls, run_suite
+from ..harness import Measurement, available_impls, graph_steps, run_suite
 from ..harness import summary_table as harness_summary_table
 
 NAME = "mlp"
@@ -80,7 +79,7 @@ def _forward_fn(shape):
     last = _last_activation(shape[1:])
 
     def make(impl: str):
-        if impl in ("fused", "fused_recompute", "fused_graph"):
+        if impl in ("fused", "fused_recompute"):
             recompute = impl == "fused_recompute"
 
             def fused(*inputs):
@@ -106,13 +105,6 @@ def _make_inputs(shape, dtype, device="cuda"):
     return tuple(inputs), torch.randn(batch, sizes[-1], device=device, dtype=dtype)
 
 
-def _graph_steps(forward, inputs, g):
-    """{mode: replay of a CUDA graph capturing that mode of ``forward``}."""
-    wrt = [t for t in inputs if t.requires_grad]
-    fns = {"fwd": lambda: forward(*inputs), "fwd+bwd": lambda: torch.autograd.grad(forward(*inputs), wrt, g)}
-    return {mode: capture_cuda_graph(fn)[0].replay for mode, fn in fns.items()}
-
-
 def _flops(shape) -> float:
     sizes = shape[1:]
     return 2.0 * shape[0] * sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
@@ -124,9 +116,8 @@ def run_gpu(shapes, dtype, impls, modes, on_shape_done=None) -> list[Measurement
         sub_rows = run_suite(
             NAME, [shape], ("batch", "sizes"), dtype, impls, modes, _make_inputs, _forward_fn(shape),
             None, {"fwd": 1, "fwd+bwd": 3}, _flops,
-            custom_steps={"cuda_graph": lambda inputs, g: _graph_steps(_eager_fn(_last_activation(shape[1:])),
-                                                                        inputs, g),
-                          "fused_graph": lambda inputs, g: _graph_steps(_forward_fn(shape)("fused"), inputs, g)},
+            custom_steps={"cuda_graph": lambda inputs, g: graph_steps(_eager_fn(_last_activation(shape[1:])),
+                                                                       inputs, g)},
         )
         for row in sub_rows:
             row.shape = {"batch": shape[0], "sizes": "-".join(str(s) for s in shape[1:])}

@@ -9,6 +9,11 @@ Shapes are (tokens, d, hidden). Implementations, side by side in one run on one 
     liger            Liger-Kernel's SwiGLU MLP path when installed: three linears around its
                      fused SiLU-mul kernel
     gemm             the bare cuBLAS GEMMs: fwd 3 (gate, up, down), bwd 6, fwd+bwd 9
+    fused_graph      fused captured in a CUDA graph and replayed (fwd and fwd+bwd;
+                     harness.graph_steps): the kernels' time, no launch or Python time
+    eager_graph      eager captured the same way
+    compile_graph    compile captured the same way: fused_graph's peer where plain
+                     calls are bound by host time
 
 TFLOP/s counts the model's GEMM work (2 * tokens * d * hidden per GEMM).
 """
@@ -29,8 +34,9 @@ SHAPE_PRESETS = {
     "full": [(t, d, h) for t in (4096, 16384, 65536) for d, h in ((512, 1792), (2048, 5632), (4096, 14336))],
 }
 DEFAULT_SHAPES = SHAPE_PRESETS["default"]
-IMPLS = ("fused", "fused_recompute", "eager", "compile", "compile_max", "liger", "gemm")
-PEERS = ("eager", "compile", "compile_max", "liger")
+IMPLS = ("fused", "fused_recompute", "eager", "compile", "compile_max", "liger", "gemm",
+         "fused_graph", "eager_graph", "compile_graph")
+PEERS = ("eager", "compile", "compile_max", "liger", "eager_graph", "compile_graph")
 MODES = ("fwd", "bwd", "fwd+bwd")
 
 
