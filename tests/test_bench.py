@@ -70,6 +70,18 @@ def test_bench_without_gpu_reports_errors(capsys):
     assert len(values) == 8 and all(v < 1e-5 for v in values)
 
 
+def test_cli_help_names_every_impl_of_every_suite():
+    import importlib
+
+    from fusedmlp.bench.suites import SUITES
+
+    bench = next(a for a in cli.build_parser()._subparsers._group_actions[0].choices["bench"]._actions
+                 if "--impls" in a.option_strings)
+    for name, module in SUITES.items():
+        listed = bench.help.split(f"{name}: ", 1)[1].split(";")[0].split(" (")[0].split(",")
+        assert set(listed) == set(importlib.import_module(module).IMPLS), name
+
+
 def test_cli_rejects_bad_arguments(capsys):
     with pytest.raises(SystemExit):
         cli.main(["bench", "geglu", "--shapes", "1024by8192"])

@@ -276,9 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--impls", default=None,
                        help="comma-separated subset of the suite's implementations (default: all available). "
                             "geglu: fused,fused_store,eager,compile,compile_max,liger,gemm; linear_act: "
-                            "fused,fused_preact,eager,compile,compile_max,gemm; swiglu: fused,fused_recompute,"
-                            "eager,compile,compile_max,liger,gemm (liger when liger_kernel is installed); lora: "
-                            "fused,fused_in_loop,eager,compile,compile_max,gemm; add_mul_act: fused_triton,fused_cuda,eager,"
+                            "fused,fused_preact,eager,compile,compile_max,gemm,fused_graph,eager_graph,compile_graph; "
+                            "swiglu: fused,fused_recompute,eager,compile,compile_max,liger,gemm,fused_graph,eager_graph,"
+                            "compile_graph (liger when liger_kernel is installed); lora: fused,fused_in_loop,eager,compile,"
+                            "compile_max,gemm,fused_graph,eager_graph,compile_graph (*_graph: the step replayed from a "
+                            "CUDA graph, fwd and fwd+bwd); add_mul_act: fused_triton,fused_cuda,eager,"
                             "compile; mlp: fused,fused_recompute,fused_graph,eager,compile,compile_max,cuda_graph; dlrm: fused,"
                             "fused_graph,eager,eager_sparse,compile,eager_graph,compile_graph")
     bench.add_argument("--activation", default=None,
