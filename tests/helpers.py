@@ -56,6 +56,37 @@ def check_against_float64(fused, reference, tensors, tensors64, g, g64, what="")
         assert_close(leaf.grad, leaf64.grad, dtype, f"{what} grad of input {i}")
 
 
+def check_replayed_step(forward, reference, make_inputs, dtype=torch.bfloat16, what=""):
+    """A forward+backward step of ``forward(*leaves)`` captured by fusedmlp.capture_cuda_graph,
+    then replayed on fresh values copied into the captured inputs (as a training loop replays
+    its step): the output and every gradient against ``reference`` in float64 on those values.
+    ``make_inputs()`` -> (float64 masters, g64), called twice (capture, replay)."""
+    import fusedmlp
+
+    masters, g64 = make_inputs()
+    leaves = [t.detach().to(dtype).requires_grad_(t.requires_grad) for t in masters]
+    wrt = [t for t in leaves if t.requires_grad]
+    gy = g64.to(dtype)
+
+    def step():
+        y = forward(*leaves)
+        return (y, *torch.autograd.grad(y, wrt, gy))
+
+    graph, outputs = fusedmlp.capture_cuda_graph(step, warmup=2)
+    fresh, fresh_g = make_inputs()
+    with torch.no_grad():
+        for leaf, value in zip(leaves, fresh):
+            leaf.copy_(value)
+        gy.copy_(fresh_g)
+    graph.replay()
+    torch.cuda.synchronize()
+    inputs64 = [t.detach().double().requires_grad_(t.requires_grad) for t in leaves]
+    y64 = reference(*inputs64)
+    want = (y64, *torch.autograd.grad(y64, [t for t in inputs64 if t.requires_grad], gy.double()))
+    for index, (got, ref) in enumerate(zip(outputs, want)):
+        assert_close(got, ref, dtype, f"{what} replayed output {index}")
+
+
 def check_backward_twice(y, leaves, g, refuses: bool):
     """Differentiate ``y`` twice through one retained graph: the same gradients both times or,
     for a store mode whose backward reused its saved pre-activations (``refuses``), a clear

@@ -4,7 +4,7 @@ import pytest
 import torch
 from helpers import (
     TOLERANCE, assert_close, backward_peak_bytes, check_against_float64, check_backward_twice,
-    compile_pingpong_for_hopper, first_store_backward_errors, forcing_tma_config, rel_err,
+    check_replayed_step, compile_pingpong_for_hopper, first_store_backward_errors, forcing_tma_config, rel_err,
 )
 from torch import nn
 
@@ -118,6 +118,16 @@ def test_tma_kernels(device, monkeypatch, dtype, activation, save_preact):
     if device == "cuda":
         assert ops.tma_eligible(*(t.to(dtype) for t in (tensors[0], tensors[1], g)))
     run_check(tensors, g, dtype, activation, save_preact, "tma")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("save_preact", [False, True], ids=["recompute", "save_preact"])
+def test_step_replayed_from_a_cuda_graph(save_preact):
+    """The bench's graphed impls and a user's captured training step: forward+backward captured
+    once and replayed on new inputs, output and every gradient against float64."""
+    check_replayed_step(lambda x, w, b: fusedmlp.linear_act(x, w, b, "gelu_tanh", save_preact),
+                        lambda x, w, b: linear_act_reference(x, w, b, "gelu_tanh"),
+                        lambda: make_inputs((2, 3000), 512, 1792, "cuda"), what=f"save_preact={save_preact}")
 
 
 @pytest.mark.gpu

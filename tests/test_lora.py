@@ -2,7 +2,10 @@
 
 import pytest
 import torch
-from helpers import assert_close, check_against_float64, compile_pingpong_for_hopper, recording_pingpong_launches, rel_err
+from helpers import (
+    assert_close, check_against_float64, check_replayed_step, compile_pingpong_for_hopper, recording_pingpong_launches,
+    rel_err,
+)
 from torch import nn
 
 import fusedmlp
@@ -158,6 +161,18 @@ def test_pingpong_forward_on_gpu(monkeypatch, activation, save_preact):
         tensors, g = make_inputs((300,), 200, 392, r, "cuda")
         run_check(tensors, g, torch.bfloat16, activation, scale=2.0, save_preact=save_preact, what=f"ping-pong r={r}")
         assert (ops.lora_fwd_pingpong_kernel in kernels) == (r % 8 == 0), (r, kernels)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows,r", [(8192, 16), (600, 64)], ids=["rank-in-loop", "rank-from-cublas"])
+def test_step_replayed_from_a_cuda_graph(rows, r):
+    """The bench's graphed impls and a user's captured training step: forward+backward
+    (W frozen) captured once and replayed on new inputs, output and every gradient against
+    float64 (xs rounded as the op rounds it), with the rank product from the main loop and
+    from cuBLAS."""
+    check_replayed_step(lambda *ts: fusedmlp.lora_linear(*ts, 2.0, "gelu_tanh"),
+                        lambda *ts: rounded_reference(torch.bfloat16)(*ts, 2.0, "gelu_tanh"),
+                        lambda: make_inputs((rows,), 1024, 1024, r, "cuda"), what=f"{rows} rows, r={r}")
 
 
 @pytest.mark.parametrize("rows,d_out", [(111, 24), (9, 40)], ids=["merged-weight", "fewer-rows-than-outputs"])

@@ -4,7 +4,7 @@ import pytest
 import torch
 from helpers import (
     TOLERANCE, assert_close, backward_peak_bytes, check_against_float64, check_backward_twice,
-    first_store_backward_errors, recording_pingpong_launches, rel_err,
+    check_replayed_step, first_store_backward_errors, recording_pingpong_launches, rel_err,
 )
 
 import fusedmlp
@@ -254,6 +254,16 @@ def test_torch_compile_fullgraph(device, recompute):
     assert rel_err(loss, eager_loss) < 1e-5
     for got, want in zip(grads, eager):
         assert rel_err(got, want) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recompute", [False, True], ids=["store", "recompute"])
+def test_step_replayed_from_a_cuda_graph(recompute):
+    """The bench's graphed impls and a user's captured training step: forward+backward (the
+    store mode's backward writing dh over h) captured once and replayed on new inputs,
+    output and every gradient against float64."""
+    check_replayed_step(lambda *ts: fusedmlp.swiglu(*ts, recompute=recompute), swiglu_reference,
+                        lambda: make_inputs((2, 300), 512, 1792, "cuda"), what=f"recompute={recompute}")
 
 
 def test_module_matches_llama_mlp_layout(device):
