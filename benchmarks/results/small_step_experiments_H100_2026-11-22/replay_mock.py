@@ -1,4 +1,4 @@
-import time, torch, triton, triton.language as tl
+import time, torch, triton.language as tl
 from types import SimpleNamespace
 import fusedmlp.kernels.launch as L
 import triton.backends.nvidia.driver as driver
