@@ -11,7 +11,9 @@ dlrm    data-parallel training steps of the Kaggle-size DLRM (fusedmlp.dlrm.para
         fused_serial and fused_graph_serial run the table exchange and update on the main
         stream instead (DLRMOptimizer(overlap_tables=False)); fused_late and fused_graph_late
         all-reduce the dense gradients after the backward, not module by module during it
-        (DataParallel.reduce_early left off).
+        (DataParallel.reduce_early left off); fused_nccl and fused_graph_nccl exchange the
+        tables' keys and gradient sums through NCCL's all-gather (FUSEDMLP_EXCHANGE=nccl), not
+        through symmetric memory and the copy engines (the default on one host's GPUs).
 swiglu  a stack of --layers SwiGLU feed-forwards (d=4096, hidden=14336, bf16), forward +
         backward on --tokens tokens per GPU; fused (fusedmlp.SwiGLU) and eager (the same
         projections as nn.Linear + F.silu). With N = 1 the plain modules, with N > 1 each layer
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -120,7 +123,9 @@ def dlrm_row(impl, args, parallel) -> dict:
     torch.manual_seed(0)
     serial = impl.endswith("_serial")  # the table update on the main stream, not overlapped
     late = impl.endswith("_late")  # the dense all-reduce after the backward
-    base = impl.removesuffix("_serial").removesuffix("_late")
+    nccl = impl.endswith("_nccl")  # the tables' exchange through NCCL
+    base = impl.removesuffix("_serial").removesuffix("_late").removesuffix("_nccl")
+    os.environ["FUSEDMLP_EXCHANGE"] = "nccl" if nccl else "copy_engine"
     model = _model(base, dtype, device="cuda")
     parallel.broadcast_model(model)
     if not late:
@@ -188,11 +193,18 @@ def plot(paths, out) -> None:
     suites = sorted({row["suite"] for row in rows})
     fig, axes = plt.subplots(1, len(suites), figsize=(5 * len(suites), 4), squeeze=False)
     for ax, suite in zip(axes[0], suites):
+        def rate(impl, gpus):  # median over an impl's rows at that GPU count (runs repeat impls)
+            found = [row.get("samples_per_s", row.get("tokens_per_s")) / 1e6 for row in rows
+                     if row["suite"] == suite and row["impl"] == impl and row["gpus"] == gpus]
+            return statistics.median(found) if found else None
+
         for impl in sorted({row["impl"] for row in rows if row["suite"] == suite}):
-            points = sorted((row["gpus"], row.get("samples_per_s", row.get("tokens_per_s")) / 1e6)
-                            for row in rows if row["suite"] == suite and row["impl"] == impl)
+            # with one GPU there is no exchange: an _nccl impl's 1-GPU point is its base impl's
+            one = rate(impl, 1) or rate(impl.removesuffix("_nccl"), 1)
+            points = [(gpus, value) for gpus, value in ((1, one), (2, rate(impl, 2))) if value is not None]
             ax.plot(*zip(*points), marker="o", label=impl)
-            ax.plot([1, 2], [points[0][1], 2 * points[0][1]], ls=":", color="grey")
+            if one is not None:
+                ax.plot([1, 2], [one, 2 * one], ls=":", color="grey")
         ax.set_xlabel("GPUs")
         ax.set_ylabel("M samples/s" if suite == "dlrm" else "M tokens/s")
         ax.set_title(f"{suite} (dotted: linear scaling)")

@@ -5,7 +5,9 @@ gloo on the CPU (kernels through the Triton interpreter), NCCL on two GPUs when 
   precision) and tensor parallelism (SwiGLU, GEGLU): outputs and gradients against the module
   unwrapped on the whole batch (tests/distributed_worker.py);
 - data-parallel DLRM training (fusedmlp.dlrm.parallel): 2 ranks equal one process on the
-  global batch, and a checkpoint resumes on a different number of ranks.
+  global batch, and a checkpoint resumes on a different number of ranks;
+- on GPUs, the tables' exchange through symmetric memory against NCCL's
+  (tests/peer_gather_worker.py).
 """
 
 import argparse
@@ -27,8 +29,8 @@ MODULE_LINES = {"ddp": 5, "fsdp": 5, "fsdp_checkpoint": 5, "fsdp_mixed": 5, "tp"
 SMALL = {"bottom_mlp": [32, 16], "top_mlp": [32, 1]}
 
 
-def torchrun(nproc, *args, device="cpu", timeout=600):
-    env = dict(os.environ, OMP_NUM_THREADS="1", FUSEDMLP_AUTOTUNE="0")
+def torchrun(nproc, *args, device="cpu", timeout=600, env=None):
+    env = dict(os.environ, OMP_NUM_THREADS="1", FUSEDMLP_AUTOTUNE="0", **(env or {}))
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""
@@ -136,18 +138,31 @@ def test_dlrm_resumes_on_another_number_of_ranks(small_data, tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.parametrize("exchange", ["copy_engine", "nccl"])
 @pytest.mark.parametrize("graph", [False, True], ids=["plain", "cuda_graph"])
-def test_dlrm_two_gpus_equal_one(small_data, tmp_path, graph):
-    """NCCL: 2 GPUs x 25 rows = one GPU on 50-row batches (fused impl; with --cuda-graph the
-    captured step holds the collectives)."""
+def test_dlrm_two_gpus_equal_one(small_data, tmp_path, graph, exchange):
+    """2 GPUs x 25 rows = one GPU on 50-row batches (fused impl; with --cuda-graph the
+    captured step holds the collectives), the tables' exchange through symmetric memory (the
+    default on one host) or NCCL (FUSEDMLP_EXCHANGE=nccl)."""
     two, one = tmp_path / "two.pt", tmp_path / "one.pt"
     extra = ["--cuda-graph", "on" if graph else "off"]
     torchrun(2, "-m", "fusedmlp.dlrm.train", *_train_args(small_data, "--impl", "fused", "--device", "cuda",
                                                            "--batch-size", "25", "--steps", "6", *extra,
-                                                           "--checkpoint", str(two)), device="cuda")
+                                                           "--checkpoint", str(two)), device="cuda",
+             env={"FUSEDMLP_EXCHANGE": exchange})
     _one_process(small_data, "--impl", "fused", "--batch-size", "50", "--steps", "6", *extra,
                  "--checkpoint", str(one), device="cuda")
     _assert_same_model(two, one, 1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_copy_engine_exchange_on_gpus():
+    """The tables' all-gather through symmetric memory (fusedmlp._distributed.PeerGather)
+    against NCCL's, plain and in a CUDA graph, and the data-parallel table update it carries
+    against the NCCL path's, bit for bit (tests/peer_gather_worker.py)."""
+    out = torchrun(2, str(WORKER.with_name("peer_gather_worker.py")), device="cuda")
+    assert "peer gather: exchanges, graphs and the table update checked on 2 GPUs" in out
 
 
 def test_one_buffer_finds_gradients_that_lie_back_to_back():

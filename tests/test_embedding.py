@@ -146,7 +146,8 @@ def test_merged_update_of_the_ranks_lists(kind, world, dtype, rows, bound, looku
     sums = torch.cat([g for _, g in lists])
     start = weight64.to(dtype)
     weight = start.clone()
-    optimizer = SparseOptimizer(kind, 0.1, state=None if state64 is None else state64.float())
+    start_state = None if state64 is None else state64.float()
+    optimizer = SparseOptimizer(kind, 0.1, state=None if start_state is None else start_state.clone())
     if embedding_ops.use_triton(weight):
         embedding_ops._merged_update(keys, sums, weight, optimizer, world)
     else:  # CPU without the interpreter: the PyTorch path of the same update
@@ -164,6 +165,20 @@ def test_merged_update_of_the_ranks_lists(kind, world, dtype, rows, bound, looku
     assert torch.equal(weight[untouched], start[untouched])
     if kind == "adagrad":
         assert rel_err(optimizer.state.double(), state64) < (2e-2 if dtype == torch.bfloat16 else 1e-5)
+    # in two parts, as a rank does while the others' sums arrive: the rows rank `own` alone
+    # holds (from its own sums only: the others' read as NaN here), then the rest; bit for bit
+    for own in range(world) if world > 1 else ():
+        parted = start.clone()
+        parted_optimizer = SparseOptimizer(kind, 0.1, state=None if start_state is None else start_state.clone())
+        others_unknown = sums.clone()
+        others_unknown[torch.arange(len(sums), device=DEVICE) // (len(sums) // world) != own] = float("nan")
+        embedding_ops._merged_update(keys, others_unknown, parted, parted_optimizer, world,
+                                     part=embedding_ops.MERGED_OWN_ONLY, own=own)
+        embedding_ops._merged_update(keys, sums, parted, parted_optimizer, world, part=embedding_ops.MERGED_REST,
+                                     own=own)
+        assert torch.equal(parted, weight), own
+        if kind == "adagrad":
+            assert torch.equal(parted_optimizer.state, optimizer.state), own
 
 
 def test_frozen_and_no_grad_lookups_are_plain_gathers():

@@ -202,13 +202,19 @@ def _find(keys_ptr, key, L, SEARCH_STEPS: tl.constexpr):
     return lo, found
 
 
+# parts of embedding_merged_update_kernel
+MERGED_ALL = tl.constexpr(0)
+MERGED_OWN_ONLY = tl.constexpr(1)
+MERGED_REST = tl.constexpr(2)
+
+
 @triton.jit
-def _list_block(keys_ptr, L, R, BLOCK_P: tl.constexpr):
-    """This program's BLOCK_P entries of one rank's list (keys [WORLD, L], R pads): the rank,
-    the positions in its list, the entries (flat indices), their keys, and which of them hold
-    a row (a real position and key)."""
+def _list_block(keys_ptr, L, R, BLOCK_P: tl.constexpr, first_list=0):
+    """This program's BLOCK_P entries of one rank's list (keys [WORLD, L], R pads; the grid's
+    lists start at rank ``first_list``): the rank, the positions in its list, the entries
+    (flat indices), their keys, and which of them hold a row (a real position and key)."""
     blocks_per_rank = tl.cdiv(L, BLOCK_P)
-    rank = tl.program_id(0) // blocks_per_rank
+    rank = first_list + tl.program_id(0) // blocks_per_rank
     pos = (tl.program_id(0) % blocks_per_rank).to(tl.int64) * BLOCK_P + tl.arange(0, BLOCK_P)
     entry = rank.to(tl.int64) * L + pos
     key = tl.load(keys_ptr + entry, mask=pos < L, other=R).to(tl.int64)
@@ -236,24 +242,37 @@ def embedding_merge_links_kernel(
 
 @triton.jit
 def embedding_merged_update_kernel(
-    keys_ptr, links_ptr, sums_ptr, weight_ptr, state_ptr, L, R, hyper_ptr, stride_w, stride_s,
+    keys_ptr, links_ptr, sums_ptr, weight_ptr, state_ptr, L, R, hyper_ptr, stride_w, stride_s, own,
     WORLD: tl.constexpr, D: tl.constexpr, D_PAD: tl.constexpr,
-    BLOCK_P: tl.constexpr, OPTIMIZER: tl.constexpr, ACC_DTYPE: tl.constexpr,
+    BLOCK_P: tl.constexpr, OPTIMIZER: tl.constexpr, ACC_DTYPE: tl.constexpr, PART: tl.constexpr,
 ):
     """The update from the ranks' gathered lists: keys [WORLD, L] (each ascending, unique, R
     pads), sums [WORLD, L, D], links [WORLD, WORLD * L] (``embedding_merge_links_kernel``).
-    Program p takes BLOCK_P entries of one rank's list."""
-    rank, pos, entry, key, mine = _list_block(keys_ptr, L, R, BLOCK_P)
+    Program p takes BLOCK_P entries of one rank's list. Each row is updated once, by the entry
+    of the first rank that holds it, with the ranks' sums added in rank order.
+
+    PART (MERGED_ALL, MERGED_OWN_ONLY, MERGED_REST): all of it; or first the rows that rank
+    ``own`` alone holds (the grid covers its list only), which need no other rank's sums and
+    can run while those are still arriving, then the rest. Either way every row gets the same
+    total, so the two parts leave the tables bit for bit as the whole does."""
+    rank, pos, entry, key, mine = _list_block(keys_ptr, L, R, BLOCK_P, own if PART == MERGED_OWN_ONLY else 0)
     col = tl.arange(0, D_PAD)[None, :]
     total = tl.load(sums_ptr + entry[:, None] * D + col, mask=mine[:, None] & (col < D), other=0.0).to(ACC_DTYPE)
+    elsewhere = pos < 0  # held by another rank too
     for other in tl.static_range(WORLD):
         # an earlier rank holding the row updates it; a later one's sum joins this one, in rank order
         if other != rank:
             at = tl.load(links_ptr + (other * WORLD + rank.to(tl.int64)) * L + pos, mask=mine, other=-1).to(tl.int64)
+            elsewhere = elsewhere | (at >= 0)
             if other < rank:
                 mine = mine & (at < 0)
-            else:
+            elif PART != MERGED_OWN_ONLY:  # (that part reads no other rank's sums)
                 later = mine & (at >= 0)
                 total += tl.load(sums_ptr + (other * L + at)[:, None] * D + col, mask=later[:, None] & (col < D),
                                  other=0.0).to(ACC_DTYPE)
+    if PART == MERGED_OWN_ONLY:
+        mine = mine & ~elsewhere
+    elif PART == MERGED_REST:
+        if rank == own:
+            mine = mine & elsewhere
     _update_rows(weight_ptr, state_ptr, key, total, mine, hyper_ptr, stride_w, stride_s, D, D_PAD, OPTIMIZER)

@@ -20,14 +20,16 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 import triton
 
-from ..kernels.embedding import (OPTIMIZER_ADAGRAD, OPTIMIZER_SGD, embedding_carried_update_kernel,
+from ..kernels.embedding import (MERGED_ALL, MERGED_OWN_ONLY, MERGED_REST, OPTIMIZER_ADAGRAD, OPTIMIZER_SGD,
+                                 embedding_carried_update_kernel,
                                  embedding_distinct_keys_kernel, embedding_gather_kernel,
                                  embedding_merge_links_kernel, embedding_merged_update_kernel,
                                  embedding_segment_update_kernel)
-from .._distributed import gather_padded, world_size
+from .._distributed import agreed_length, gather_padded, peer_gather, release, world_size
 from ..kernels.launch import launch
 from ._common import acc_dtypes, check_tensor, use_triton
 
@@ -75,6 +77,7 @@ class SparseOptimizer:
     _hyper: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _streams: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _pending: object = field(default=None, init=False, repr=False, compare=False)
+    _exchanges: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # _distributed.peer_gather
 
     def side_stream(self, device) -> torch.cuda.Stream:
         """The stream an overlapped update runs on (one per device)."""
@@ -82,6 +85,14 @@ class SparseOptimizer:
         if device not in self._streams:
             self._streams[device] = torch.cuda.Stream(device)
         return self._streams[device]
+
+    def exchange_stream(self, device) -> torch.cuda.Stream:
+        """A second stream of the update: where the rows only this rank holds are updated while
+        the other ranks' sums arrive."""
+        key = ("exchange", torch.device(device))
+        if key not in self._streams:
+            self._streams[key] = torch.cuda.Stream(device)
+        return self._streams[key]
 
     def wait(self) -> None:
         """Make the current stream wait for an update still running on the side stream."""
@@ -247,13 +258,21 @@ class _UpdatePlan:
     One rank: ``segment_keys`` are the sorted keys. Several: the runs of ``_distinct_runs``,
     the ranks' distinct keys, already gathered (``exchanged_keys`` [world * longest]), where
     each other rank holds each of their rows (``links``: ``_merge_links``), and the zeroed
-    buffer of this rank's sums (``sums`` [longest, D], the table's dtype)."""
+    buffer of this rank's sums (``sums`` [longest, D], the table's dtype). ``sums_exchange``:
+    where ``sums`` is this rank's slot of a ``PeerGather`` (the sums are gathered through
+    symmetric memory, not NCCL); the plan's exchanges are released when it is dropped, once
+    the update that reads them is queued."""
 
     order: torch.Tensor
     segment_keys: torch.Tensor
     exchanged_keys: torch.Tensor | None = None
     links: torch.Tensor | None = None
     sums: torch.Tensor | None = None
+    sums_exchange: object = None
+    exchanges: tuple = ()
+
+    def __del__(self):
+        release(*self.exchanges)
 
 
 def _update_plan(keys, weight, batch: int, optimizer: SparseOptimizer) -> _UpdatePlan | None:
@@ -264,13 +283,25 @@ def _update_plan(keys, weight, batch: int, optimizer: SparseOptimizer) -> _Updat
         sorted_keys, order = torch.sort(keys, stable=True)  # stable: a fixed order of additions
         return _UpdatePlan(order, sorted_keys)
     # each rank sends one (row, sum) per distinct key, not one per lookup (a third as much at
-    # DLRM's Kaggle table sizes and 65536 rows per rank); the out-of-table key pads the list
+    # DLRM's Kaggle table sizes and 65536 rows per rank); the out-of-table key pads the list.
+    # Through symmetric memory where it can (each rank writes its list into its slot of the
+    # gathered array: _distributed.PeerGather), else NCCL.
     rows, dim = weight.shape
-    distinct = keys.new_empty((_row_bound(keys.numel(), batch, optimizer),))
-    run, order = _distinct_runs(keys, rows, distinct)
-    exchanged, longest = gather_padded(distinct, rows, optimizer.group)
-    world = world_size(optimizer.group)
-    return _UpdatePlan(order, run, exchanged, _merge_links(exchanged, rows, world), weight.new_zeros((longest, dim)))
+    group, cache = optimizer.group, optimizer._exchanges
+    longest = agreed_length(_row_bound(keys.numel(), batch, optimizer), keys.device, group)
+    keys_exchange = peer_gather(cache, "keys", group, longest, (), keys.dtype, keys.device)
+    if keys_exchange is not None:
+        run, order = _distinct_runs(keys, rows, keys_exchange.writable())
+        exchanged = keys_exchange.gather()
+    else:
+        distinct = keys.new_empty((longest,))
+        run, order = _distinct_runs(keys, rows, distinct)
+        exchanged = gather_padded(distinct, rows, group, longest)[0]
+    sums_exchange = peer_gather(cache, "sums", group, longest, (dim,), weight.dtype, weight.device)
+    sums = sums_exchange.writable().zero_() if sums_exchange is not None else weight.new_zeros((longest, dim))
+    world = world_size(group)
+    return _UpdatePlan(order, run, exchanged, _merge_links(exchanged, rows, world), sums, sums_exchange,
+                       (keys_exchange, sums_exchange))
 
 
 def _state_and_hyper(weight, optimizer: SparseOptimizer):
@@ -293,10 +324,12 @@ def _merge_links(keys, rows: int, world: int) -> torch.Tensor:
     return links
 
 
-def _merged_update(keys, sums, weight, optimizer: SparseOptimizer, world: int, links=None) -> None:
+def _merged_update(keys, sums, weight, optimizer: SparseOptimizer, world: int, links=None, part=MERGED_ALL,
+                   own: int = 0) -> None:
     """The update from the ranks' gathered (row, sum) lists: keys [world * L], each rank's L
     ascending and unique but for the padding key R; sums [world * L, D] (kernels/embedding.py);
-    ``links``: ``_merge_links`` of the keys, made here when not given."""
+    ``links``: ``_merge_links`` of the keys, made here when not given. ``part``: all of it, or
+    the rows rank ``own`` alone holds (MERGED_OWN_ONLY: only its sums are read), or the rest."""
     rows, dim = weight.shape
     length = keys.numel() // world
     if length == 0:
@@ -304,10 +337,11 @@ def _merged_update(keys, sums, weight, optimizer: SparseOptimizer, world: int, l
     if links is None:
         links = _merge_links(keys, rows, world)
     state, hyper = _state_and_hyper(weight, optimizer)
-    launch(embedding_merged_update_kernel, (world * triton.cdiv(length, _BLOCK_P),), keys, links, sums.contiguous(),
-           weight, state, length, rows, hyper, weight.stride(0), state.stride(0),
-           WORLD=world, D=dim, D_PAD=_pad(dim), BLOCK_P=_BLOCK_P,
-           OPTIMIZER=_KINDS[optimizer.kind], ACC_DTYPE=acc_dtypes(weight.dtype)[0], num_warps=4)
+    lists = 1 if part == MERGED_OWN_ONLY else world
+    launch(embedding_merged_update_kernel, (lists * triton.cdiv(length, _BLOCK_P),), keys, links, sums.contiguous(),
+           weight, state, length, rows, hyper, weight.stride(0), state.stride(0), own,
+           WORLD=world, D=dim, D_PAD=_pad(dim), BLOCK_P=_BLOCK_P, OPTIMIZER=_KINDS[optimizer.kind],
+           ACC_DTYPE=acc_dtypes(weight.dtype)[0], PART=part, num_warps=4)
 
 
 def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer, plan: _UpdatePlan | None = None) -> None:
@@ -328,10 +362,23 @@ def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer, plan: _Up
         # the sums come in the table's dtype: for bf16 tables half the bytes of fp32 sums, at the
         # cost of one rounding of each rank's sum (eager PyTorch sums bf16 sparse gradients in bf16)
         _sum_runs(grad.contiguous(), plan.segment_keys, plan.order, plan.sums)
-        # as long as the longest rank's list already: no padding, no lengths exchanged
-        sums = gather_padded(plan.sums, 0, optimizer.group, longest=plan.sums.shape[0])[0]
         # the ranks' lists are sorted: merged as they are, no second sort
-        _merged_update(plan.exchanged_keys, sums, weight, optimizer, world_size(optimizer.group), plan.links)
+        world = world_size(optimizer.group)
+        if plan.sums_exchange is None:  # as long as the longest rank's list already: no padding, no lengths exchanged
+            sums = gather_padded(plan.sums, 0, optimizer.group, longest=plan.sums.shape[0])[0]
+            _merged_update(plan.exchanged_keys, sums, weight, optimizer, world, plan.links)
+            return
+        # the copy engines bring the other ranks' sums in while the SMs update the rows no other
+        # rank holds, which need this rank's sums alone; then the rest
+        exchange, rank = plan.sums_exchange, dist.get_rank(optimizer.group)
+        current, aside = torch.cuda.current_stream(weight.device), optimizer.exchange_stream(weight.device)
+        aside.wait_stream(current)
+        with torch.cuda.stream(aside):
+            _merged_update(plan.exchanged_keys, exchange.gathered, weight, optimizer, world, plan.links,
+                           MERGED_OWN_ONLY, rank)
+        sums = exchange.gather()
+        current.wait_stream(aside)
+        _merged_update(plan.exchanged_keys, sums, weight, optimizer, world, plan.links, MERGED_REST, rank)
         return
     world = world_size(optimizer.group)
     if world > 1:
