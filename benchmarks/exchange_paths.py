@@ -22,25 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-
-
-def _median_ms(fn, iters: int = 50) -> float:
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    dist.barrier()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in events)
+from scaling import _median_step_ms  # benchmarks/scaling.py, beside this script
 
 
 def _graphed(fn):
@@ -75,7 +61,7 @@ def _beside_gemm(fn) -> tuple[float, float]:
             fn()
         torch.cuda.current_stream().wait_stream(side)
 
-    return _median_ms(gemms, 10), _median_ms(both, 10)
+    return _median_step_ms(gemms, 10), _median_step_ms(both, 10)
 
 
 def main():
@@ -130,13 +116,13 @@ def main():
             fn()
             torch.cuda.synchronize()
             ok = bool(torch.equal(result, expected))
-            eager = _median_ms(fn)
+            eager = _median_step_ms(fn)
             graph = _graphed(fn)
             clear(result)
             graph()
             torch.cuda.synchronize()
             ok = ok and bool(torch.equal(result, expected))
-            replay = _median_ms(graph)
+            replay = _median_step_ms(graph)
             alone, beside = _beside_gemm(graph)
             results[way] = {"correct": ok, "eager_ms": eager, "graph_ms": replay, "gemms_alone_ms": alone,
                             "gemms_with_exchanges_ms": beside}

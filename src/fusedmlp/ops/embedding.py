@@ -20,7 +20,6 @@ import math
 from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 import triton
 
@@ -79,17 +78,11 @@ class SparseOptimizer:
     _pending: object = field(default=None, init=False, repr=False, compare=False)
     _exchanges: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # _distributed.peer_gather
 
-    def side_stream(self, device) -> torch.cuda.Stream:
-        """The stream an overlapped update runs on (one per device)."""
-        device = torch.device(device)
-        if device not in self._streams:
-            self._streams[device] = torch.cuda.Stream(device)
-        return self._streams[device]
-
-    def exchange_stream(self, device) -> torch.cuda.Stream:
-        """A second stream of the update: where the rows only this rank holds are updated while
-        the other ranks' sums arrive."""
-        key = ("exchange", torch.device(device))
+    def side_stream(self, device, role: str = "update") -> torch.cuda.Stream:
+        """The stream an overlapped update runs on (one per device); ``role="exchange"``: the
+        update's second stream, where the rows only this rank holds are updated while the
+        other ranks' sums arrive."""
+        key = (role, torch.device(device))
         if key not in self._streams:
             self._streams[key] = torch.cuda.Stream(device)
         return self._streams[key]
@@ -258,21 +251,21 @@ class _UpdatePlan:
     One rank: ``segment_keys`` are the sorted keys. Several: the runs of ``_distinct_runs``,
     the ranks' distinct keys, already gathered (``exchanged_keys`` [world * longest]), where
     each other rank holds each of their rows (``links``: ``_merge_links``), and the zeroed
-    buffer of this rank's sums (``sums`` [longest, D], the table's dtype). ``sums_exchange``:
-    where ``sums`` is this rank's slot of a ``PeerGather`` (the sums are gathered through
-    symmetric memory, not NCCL); the plan's exchanges are released when it is dropped, once
-    the update that reads them is queued."""
+    buffer of this rank's sums (``sums`` [longest, D], the table's dtype). ``keys_exchange`` /
+    ``sums_exchange``: the ``PeerGather`` the keys went through and whose slot ``sums`` is
+    (None where NCCL carries them); released when the plan is dropped, once the update that
+    reads them is queued."""
 
     order: torch.Tensor
     segment_keys: torch.Tensor
     exchanged_keys: torch.Tensor | None = None
     links: torch.Tensor | None = None
     sums: torch.Tensor | None = None
+    keys_exchange: object = None
     sums_exchange: object = None
-    exchanges: tuple = ()
 
     def __del__(self):
-        release(*self.exchanges)
+        release(self.keys_exchange, self.sums_exchange)
 
 
 def _update_plan(keys, weight, batch: int, optimizer: SparseOptimizer) -> _UpdatePlan | None:
@@ -300,8 +293,8 @@ def _update_plan(keys, weight, batch: int, optimizer: SparseOptimizer) -> _Updat
     sums_exchange = peer_gather(cache, "sums", group, longest, (dim,), weight.dtype, weight.device)
     sums = sums_exchange.writable().zero_() if sums_exchange is not None else weight.new_zeros((longest, dim))
     world = world_size(group)
-    return _UpdatePlan(order, run, exchanged, _merge_links(exchanged, rows, world), sums, sums_exchange,
-                       (keys_exchange, sums_exchange))
+    return _UpdatePlan(order, run, exchanged, _merge_links(exchanged, rows, world), sums, keys_exchange,
+                       sums_exchange)
 
 
 def _state_and_hyper(weight, optimizer: SparseOptimizer):
@@ -370,15 +363,15 @@ def _sparse_update(grad_out, keys, weight, optimizer: SparseOptimizer, plan: _Up
             return
         # the copy engines bring the other ranks' sums in while the SMs update the rows no other
         # rank holds, which need this rank's sums alone; then the rest
-        exchange, rank = plan.sums_exchange, dist.get_rank(optimizer.group)
-        current, aside = torch.cuda.current_stream(weight.device), optimizer.exchange_stream(weight.device)
+        exchange = plan.sums_exchange
+        current, aside = torch.cuda.current_stream(weight.device), optimizer.side_stream(weight.device, "exchange")
         aside.wait_stream(current)
         with torch.cuda.stream(aside):
             _merged_update(plan.exchanged_keys, exchange.gathered, weight, optimizer, world, plan.links,
-                           MERGED_OWN_ONLY, rank)
+                           MERGED_OWN_ONLY, exchange.rank)
         sums = exchange.gather()
         current.wait_stream(aside)
-        _merged_update(plan.exchanged_keys, sums, weight, optimizer, world, plan.links, MERGED_REST, rank)
+        _merged_update(plan.exchanged_keys, sums, weight, optimizer, world, plan.links, MERGED_REST, exchange.rank)
         return
     world = world_size(optimizer.group)
     if world > 1:
