@@ -90,8 +90,9 @@ def test_tma_kernels(device, monkeypatch, dtype, recompute):
 @pytest.mark.parametrize("dim", [24, 64], ids=["g_apart", "g_in_grad_pair"])
 def test_backward_in_row_chunks(device, monkeypatch, recompute, dim):
     """Chunked backward against float64. In the store mode each chunk's g lies in dead memory:
-    the first chunk's in grad_pair when it fits ([2*40, 64] holds [128, 40]; [2*40, 24] does
-    not), each later chunk's in the previous chunk's h rows."""
+    every chunk's in grad_pair when it fits ([2*40, 64] holds [128, 40]; the pair and dx are
+    then formed over all rows after the loop); where it does not ([2*40, 24]), each later
+    chunk's in the previous chunk's h rows."""
     import fusedmlp.ops._common as common
     import fusedmlp.ops.swiglu as swiglu_ops
 
@@ -102,13 +103,15 @@ def test_backward_in_row_chunks(device, monkeypatch, recompute, dim):
 
     def recording(dead, rows, hidden, like):
         g = scratch(dead, rows, hidden, like)
-        reused.append(dead is not None and g.data_ptr() == dead.data_ptr())
+        reused.append((dead is not None and g.data_ptr() == dead.data_ptr(), tuple(dead.shape)))
         return g
 
     monkeypatch.setattr(swiglu_ops, "_g_scratch", recording)
     tensors, g = make_inputs((3, 100), dim, 40, device)  # 300 rows: chunks of 128, 128 and 44
     run_check(tensors, g, torch.float32, recompute, "chunked")
-    assert reused == ([] if recompute else [dim == 64, True, True])
+    pair, h_rows = (80, dim), (128, 80)
+    expected = [(True, pair)] * 3 if dim == 64 else [(False, pair), (True, h_rows), (True, h_rows)]
+    assert reused == ([] if recompute else expected)
 
 
 @pytest.mark.parametrize("recompute", [False, True], ids=["store", "recompute"])

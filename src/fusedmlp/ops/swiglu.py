@@ -19,11 +19,13 @@ products. Then cuBLAS: ``[dW_up; dW_gate] = dh.T @ x`` (one product),
 ``dx = d_up @ w_up + d_gate @ w_gate``.
 
 Memory of the backward with h kept, in eager mode: dh is written over h, and z (and g where
-cuBLAS forms it, z then written over it) lies in memory that is dead at the time: for the
-first row chunk in the ``[dW_up; dW_gate]`` buffer (written only after that chunk's z is
-used), for each later chunk in the previous chunk's h rows. Chunks are 2*d rows (so the
-first fits) whenever g for all rows would exceed 256 MiB; so the backward allocates its
-gradients and nothing else (d=4096, hidden=14336, 16384 tokens: two chunks). The price: such
+cuBLAS forms it, z then written over it) lies in memory that is dead at the time: the
+``[dW_up; dW_gate]`` buffer, written only after the last chunk's z is used (each chunk's dh
+stays in h's memory, and the pair and dx are then one product each over all rows; with the
+weights frozen, or chunks taller than 2*d rows, the first chunk's z goes there and each later
+one's in the previous chunk's h rows). Chunks are
+2*d rows (so that one fits) whenever g for all rows would exceed 256 MiB; so the backward
+allocates its gradients and nothing else (d=4096, hidden=14336, 16384 tokens: two chunks). The price: such
 a graph can be differentiated once (a second backward with ``retain_graph=True`` raises). In
 recompute mode, and under torch.compile (custom ops do not mutate their inputs), dh, z (and
 g) are new tensors, one row chunk at a time (up to 4 chunks when they would exceed 256 MiB).
@@ -86,18 +88,23 @@ def _backward(grad_y, x, w_gate, w_up, w_down, h, needs, traced, in_place=False)
     def accumulate(acc, a, b):  # acc + a @ b, summed over the chunks in a fixed order
         return a @ b if acc is None else acc.addmm_(a, b)
 
-    if in_place:  # chunks of 2*d rows: the first one's g fits in grad_pair (see _g_scratch)
+    if in_place:  # chunks of 2*d rows: a chunk's g fits in grad_pair (see _g_scratch)
         chunks = backward_row_chunks(x.shape[0], GLU_BWD_BLOCK_M, hidden * x.element_size(), 2 * x.shape[1])
     else:
         transient = (3 if h is None else 4) * hidden * x.element_size()  # dh, z (and g when h is kept)
         chunks = backward_row_chunks(x.shape[0], GLU_BWD_BLOCK_M, transient)
+    # in place with the weight pair wanted and every chunk's z (and g) fitting in grad_pair's
+    # memory, each chunk's dh stays in h's: the pair and dx are then one product each over all
+    # rows, after the loop
+    whole = in_place and wants_pair and max(stop - start for start, stop in chunks) <= 2 * x.shape[1]
     for index, (start, stop) in enumerate(chunks):
         rows = slice(start, stop)
         x_rows, gy = x[rows], grad_y[rows]
         if h is None:  # g = gy @ w_down on the fused kernel's tile, beside the recomputed products
             dh, _, z = glu_backward_dh(traced)(gy, x_rows, w_up, w_gate, None, None, None, "silu", w_down, needs_down)
         elif in_place:  # dh over h, z (and g where cuBLAS forms it) in dead memory
-            z_out = _g_scratch(grad_pair if index == 0 else h[slice(*chunks[index - 1])], stop - start, hidden, gy)
+            dead = grad_pair if whole or index == 0 else h[slice(*chunks[index - 1])]
+            z_out = _g_scratch(dead, stop - start, hidden, gy)
             dh, _, z = glu_backward_dh_impl(gy, x_rows, w_up, w_gate, None, None, h[rows], "silu", w_down,
                                             store_z=needs_down, in_place=True, z_out=z_out)
         else:  # the same, each output in its own tensor
@@ -106,6 +113,9 @@ def _backward(grad_y, x, w_gate, w_up, w_down, h, needs, traced, in_place=False)
         d_up, d_gate = dh[:, :hidden], dh[:, hidden:]
         if needs_down:  # before grad_pair is written: z may lie in grad_pair's memory
             grad_down = accumulate(grad_down, gy.t(), z)
+        if whole:
+            del dh, z, d_up, d_gate
+            continue
         if wants_pair:
             if index == 0:
                 torch.mm(dh.t(), x_rows, out=grad_pair)
@@ -119,6 +129,11 @@ def _backward(grad_y, x, w_gate, w_up, w_down, h, needs, traced, in_place=False)
             torch.mm(d_up, w_up, out=grad_x[rows])
             grad_x[rows].addmm_(d_gate, w_gate)
         del dh, z, d_up, d_gate  # one chunk's transients alive at a time
+    if whole:  # h now holds dh for every row
+        torch.mm(h.t(), x, out=grad_pair)
+        if needs_x:
+            torch.mm(h[:, :hidden], w_up, out=grad_x)
+            grad_x.addmm_(h[:, hidden:], w_gate)
     if grad_pair is not None:
         grad_up, grad_gate = grad_pair[:hidden], grad_pair[hidden:]
     return grad_x, grad_gate, grad_up, grad_down
@@ -126,9 +141,9 @@ def _backward(grad_y, x, w_gate, w_up, w_down, h, needs, traced, in_place=False)
 
 def _g_scratch(dead, rows, hidden, like):
     """Where the in-place backward puts z (and g where cuBLAS forms it; [rows, hidden]):
-    memory that holds nothing live yet or any more. For the first chunk, grad_pair
-    ([2*hidden, d], written only after the chunk's z is used: chunks of at most 2*d rows
-    fit); for a later chunk, the previous chunk's h rows ([rows', 2*hidden], used up by
+    memory that holds nothing live yet or any more: grad_pair ([2*hidden, d], written only
+    after the chunk's z is used: chunks of at most 2*d rows fit), or where the pair is not
+    formed, for a later chunk, the previous chunk's h rows ([rows', 2*hidden], used up by
     then). Else a new tensor."""
     scratch = None if dead is None else scratch_matrix(dead, rows, hidden)
     return scratch if scratch is not None else like.new_empty((rows, hidden))
