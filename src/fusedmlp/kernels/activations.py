@@ -18,7 +18,8 @@ not available without libdevice (absent under the Triton interpreter), and it av
 cancellation of ``1 + tanh(u)`` for large negative u.
 
 The sigmoids are ``1 / (1 + 2^(-z log2 e))``: one base-2 exponential (a single hardware
-instruction on GPUs) and one division, no branch on the sign of z. For very negative z the
+instruction on GPUs) and one division (in the forward values of gelu_tanh and silu a single
+reciprocal instruction: ``_reciprocal``), no branch on the sign of z. For very negative z the
 power overflows to inf and the quotient is the correct 0; for very positive z it is 0 and the
 quotient 1. Forward epilogues are bound by this arithmetic where K is short: the ping-pong
 linear forward at 16384 x 512 -> 1792 with bias (bf16, H200) took 76.5 us with gelu_tanh in
@@ -31,6 +32,8 @@ spill stores per thread (benchmarks/NOTES.md, "GEGLU's recompute dh as a ping-po
 
 import triton
 import triton.language as tl
+
+from .launch import INTERPRET
 
 # Names accepted by ``activation`` / ``activation_value_and_grad`` (host code validates against this).
 ACTIVATIONS = ("identity", "relu", "squared_relu", "gelu", "gelu_tanh", "sigmoid", "silu")
@@ -57,6 +60,26 @@ _ERFC_P = (-1.26551223, 1.00002368, 0.374091963, 0.0967841694, -0.186287998, 0.2
 _PHI_Q0, _PHI_Q1, _PHI_Q2, _PHI_Q3, _PHI_Q4, _PHI_Q5, _PHI_Q6, _PHI_Q7, _PHI_Q8, _PHI_Q9 = (
     tl.constexpr(c * _LOG2E.value - (1.0 if power == 0 else 0.0)) for power, c in enumerate(_ERFC_P))
 _HALF_INV_SQRT_2 = tl.constexpr(0.35355339059327373)
+# fp32 reciprocals as one rcp.approx.ftz.f32 on GPUs (at most 1 ulp off; every divisor here is
+# 1 + something >= 0, so no denormal input): ``/`` compiles to div.full.f32, whose range check
+# adds a compare and two predicated multiplies per element, 3 of the 12 or so instructions per
+# element of a gelu_tanh forward epilogue. Used where it shortened the code without spills
+# (the forward values of gelu_tanh and silu, gelu's CDF); in ``_sigmoid`` and gelu_tanh's
+# derivative it gave two of the ping-pong kernels 32-40 bytes of stack per thread
+# (tests/test_linear_act.py and tests/test_glu.py compile them). The interpreter has no
+# inline assembly: it divides.
+_FAST_RECIPROCAL = tl.constexpr(not INTERPRET)
+
+
+@triton.jit
+def _reciprocal(d):
+    """1 / d (fp32 on GPUs: rcp.approx.ftz.f32, and d = inf gives 0)."""
+    if _FAST_RECIPROCAL and d.dtype == tl.float32:
+        r = tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=r,r", [d], dtype=tl.float32,
+                                      is_pure=True, pack=1)
+    else:
+        r = 1.0 / d
+    return r
 
 
 @triton.jit
@@ -74,7 +97,7 @@ def _normal_cdf(z):
     if z.dtype == tl.float64:
         cdf = 0.5 * (1.0 + tl.erf(z * _INV_SQRT_2))
     else:
-        t = 1.0 / (1.0 + tl.abs(z) * _HALF_INV_SQRT_2)
+        t = _reciprocal(1.0 + tl.abs(z) * _HALF_INV_SQRT_2)
         q = _PHI_Q8 + t * _PHI_Q9
         q = _PHI_Q7 + t * q
         q = _PHI_Q6 + t * q
@@ -108,12 +131,12 @@ def activation(z, ACT: tl.constexpr):
     elif ACT == "gelu":
         out = z * _normal_cdf(z)
     elif ACT == "gelu_tanh":
-        out = z / (1.0 + tl.exp2(z * (_GELU_TANH_K0 + _GELU_TANH_K1 * z * z)))
+        out = z * _reciprocal(1.0 + tl.exp2(z * (_GELU_TANH_K0 + _GELU_TANH_K1 * z * z)))
     elif ACT == "sigmoid":
         out = _sigmoid(z)
     else:
         tl.static_assert(ACT == "silu", "unknown activation")
-        out = z / (1.0 + tl.exp2(z * -_LOG2E))
+        out = z * _reciprocal(1.0 + tl.exp2(z * -_LOG2E))
     return out
 
 
