@@ -23,10 +23,10 @@ cuBLAS forms it, z then written over it) lies in memory that is dead at the time
 ``[dW_up; dW_gate]`` buffer, written only after the last chunk's z is used (each chunk's dh
 stays in h's memory, and the pair and dx are then one product each over all rows; with the
 weights frozen, or chunks taller than 2*d rows, the first chunk's z goes there and each later
-one's in the previous chunk's h rows). Chunks are
-2*d rows (so that one fits) whenever g for all rows would exceed 256 MiB; so the backward
-allocates its gradients and nothing else (d=4096, hidden=14336, 16384 tokens: two chunks). The price: such
-a graph can be differentiated once (a second backward with ``retain_graph=True`` raises). In
+one's in the previous chunk's h rows). Chunks are 2*d rows (so that one fits) whenever g for
+all rows would exceed 256 MiB; so the backward allocates its gradients and nothing else
+(d=4096, hidden=14336, 16384 tokens: two chunks). The price: such a graph can be
+differentiated once (a second backward with ``retain_graph=True`` raises). In
 recompute mode, and under torch.compile (custom ops do not mutate their inputs), dh, z (and
 g) are new tensors, one row chunk at a time (up to 4 chunks when they would exceed 256 MiB).
 
