@@ -7,13 +7,14 @@ import sys
 import pytest
 import torch
 from helpers import (
-    TOLERANCE, assert_close, backward_peak_bytes, check_backward_twice, compile_pingpong_for_hopper,
-    first_store_backward_errors, forcing_tma_config, recording_pingpong_launches, rel_err,
+    TOLERANCE, assert_close, backward_peak_bytes, check_against_float64, check_backward_twice,
+    compile_pingpong_for_hopper, first_store_backward_errors, forcing_tma_config, recording_pingpong_launches,
+    rel_err,
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import fusedmlp
-from fusedmlp.kernels.configs import GLU_TMA_CONFIGS
+from fusedmlp.kernels.configs import GLU_BWD_IEEE_CONFIGS, GLU_IEEE_CONFIGS, GLU_TMA_CONFIGS
 from fusedmlp.ops.glu import geglu_reference
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
@@ -492,6 +493,35 @@ def test_every_tma_config_on_gpu(monkeypatch, index):
             cast = lambda t: t.to(torch.bfloat16)  # noqa: E731
             check_against_reference(cast(x64), cast(w64), cast(b64), cast(g64), x64, w64, b64, g64, recompute,
                                     f"config {index}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("index", range(max(len(GLU_IEEE_CONFIGS), len(GLU_BWD_IEEE_CONFIGS))))
+def test_every_ieee_config_on_gpu(index):
+    """fp32 at "highest" precision takes the CUDA-core tiles of the forward (GLU_IEEE_CONFIGS)
+    and of the recompute backward's dh (GLU_BWD_IEEE_CONFIGS): each against float64, GEGLU in
+    both memory modes and SwiGLU's recompute mode (g = gy @ Wd on the tile), partial tiles."""
+    import fusedmlp.ops.glu as glu_ops
+    from fusedmlp.ops._common import dot_precision
+    from fusedmlp.ops.swiglu import swiglu_reference
+
+    assert dot_precision(torch.float32) == "ieee", "the test needs PyTorch's default fp32 matmul precision"
+    fwd, bwd = glu_ops._fwd_launcher.ieee_configs, glu_ops._bwd_launcher.ieee_configs
+    with glu_ops._fwd_launcher.forcing(fwd[min(index, len(fwd) - 1)]), \
+            glu_ops._bwd_launcher.forcing(bwd[min(index, len(bwd) - 1)]):
+        for recompute in (True, False):
+            x64, w64, b64, g64 = make_inputs((1000,), 200, 600, torch.float32, "cuda")
+            cast = lambda t: t.float()  # noqa: E731
+            check_against_reference(cast(x64), cast(w64), cast(b64), cast(g64), x64, w64, b64, g64, recompute,
+                                    f"ieee config {index}")
+        x64 = torch.randn(1000, 200, dtype=torch.float64, device="cuda", requires_grad=True)
+        weights64 = [torch.randn(*shape, dtype=torch.float64, device="cuda") / shape[1] ** 0.5
+                     for shape in ((600, 200), (600, 200), (200, 600))]
+        g64 = torch.randn(1000, 200, dtype=torch.float64, device="cuda")
+        tensors64 = [x64] + [w.requires_grad_() for w in weights64]
+        tensors = [t.detach().float() for t in tensors64]
+        check_against_float64(lambda *ts: fusedmlp.swiglu(*ts, recompute=True), swiglu_reference,
+                              tensors, tensors64, g64.float(), g64, f"swiglu ieee config {index}")
 
 
 @pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "store"])

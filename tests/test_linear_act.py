@@ -9,7 +9,7 @@ from helpers import (
 from torch import nn
 
 import fusedmlp
-from fusedmlp.kernels.configs import LINEAR_DPRE_CONFIGS, LINEAR_TMA_CONFIGS
+from fusedmlp.kernels.configs import LINEAR_DPRE_CONFIGS, LINEAR_IEEE_CONFIGS, LINEAR_TMA_CONFIGS
 from fusedmlp.ops.activations import ACTIVATIONS
 from fusedmlp.ops.linear_act import linear_act_reference
 
@@ -147,6 +147,23 @@ def test_every_tma_config_on_gpu(monkeypatch, index):
                 run_check(tensors, g, torch.bfloat16, "gelu_tanh", save_preact, f"config {index}")
             except triton.runtime.errors.OutOfResources:
                 assert save_preact, "every config fits without the pre-activation tile"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("index", range(len(LINEAR_IEEE_CONFIGS)))
+def test_every_ieee_config_on_gpu(index):
+    """fp32 at "highest" precision takes the forward's CUDA-core tiles (LINEAR_IEEE_CONFIGS):
+    each, not only the tuner's pick, against float64 with and without the pre-activation,
+    partial row, column and K tiles."""
+    import fusedmlp.ops.linear_act as ops
+    from fusedmlp.ops._common import dot_precision
+
+    assert dot_precision(torch.float32) == "ieee", "the test needs PyTorch's default fp32 matmul precision"
+    launcher = ops._fwd_launcher
+    with launcher.forcing(launcher.ieee_configs[index]):
+        for save_preact in (False, True):
+            tensors, g = make_inputs((1000,), 200, 600, "cuda")
+            run_check(tensors, g, torch.float32, "gelu_tanh", save_preact, f"ieee config {index}")
 
 
 def test_pingpong_kernel_compiles_for_hopper():

@@ -52,6 +52,30 @@ _GLU_STREAM_TILES = {
     False: [({"SUB_M": 16, "BLOCK_N": 128}, 4, 1)],
 }
 
+# fp32 inputs at PyTorch's "highest" matmul precision (DOT_PRECISION "ieee"): Triton runs
+# the dot on CUDA cores with both operand tiles in registers, so the 16-bit tables above spill
+# to local memory there (BLOCK_K 64). Measured on an H100 (fp32, 16384 x 512 -> 1792, every
+# tile forced, 2026-11-23; cuBLAS 0.63 ms for the linear, 1.26 for the GLU's two GEMMs):
+# the linear forward took 1.54 ms on the tuner's pick without the pre-activation and 24.6 ms
+# with it (every 16-bit tile 26-33 ms: spills); these take 1.11-1.43 ms either way. The GLU
+# forward 4.9 -> 3.1-3.2 ms; the recompute backward's dh (SwiGLU's step) 20.6 -> 14.2 ms.
+_LINEAR_IEEE_TILES = [
+    ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 16, "GROUP_M": 8}, 4, 3),
+    ({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, 4, 3),
+    ({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": 8}, 4, 3),
+    ({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8}, 2, 3),
+]
+_GLU_IEEE_TILES = [
+    ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 16, "GROUP_M": 8}, 8, 3),
+    ({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 16, "GROUP_M": 8}, 4, 3),
+    ({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": 8}, 4, 3),
+]
+_GLU_BWD_IEEE_TILES = [
+    ({"BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8}, 8, 3),
+    ({"BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": 8}, 8, 3),
+    ({"BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 8}, 4, 3),
+]
+
 # Linear + activation GEMM tiles: one fp32 accumulator. 128x256x64 is the tile a persistent
 # TMA GEMM was measured at 96-101% of cuBLAS bf16 with on an H100 (DESIGN.md).
 _LINEAR_TILES = [
@@ -175,6 +199,9 @@ def _configs(tiles, tma=False, flatten=False):
 
 
 GLU_GEMM_CONFIGS = _configs(_GLU_TILES)
+GLU_IEEE_CONFIGS = _configs(_GLU_IEEE_TILES)
+GLU_BWD_IEEE_CONFIGS = _configs(_GLU_BWD_IEEE_TILES)
+LINEAR_IEEE_CONFIGS = _configs(_LINEAR_IEEE_TILES)
 GLU_TMA_CONFIGS = _configs(_GLU_TILES, tma=True)
 GLU_BWD_CONFIGS = _configs(_GLU_BWD_TILES)
 GLU_BWD_TMA_CONFIGS = _configs(_GLU_BWD_TILES, tma=True)
@@ -242,6 +269,11 @@ INTERPRET_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "BLOCK_C": 32, 
                     "FLATTEN": False, "PROGRAMS_PER_SM": 1}
 
 
+def _meta_of(config) -> dict:
+    """A config's meta-parameters with its num_warps and num_stages."""
+    return dict(config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
+
+
 class Launcher:
     """Launch ``kernel`` with autotuned configs on a GPU and a fixed config elsewhere.
 
@@ -254,21 +286,29 @@ class Launcher:
     (kernels/launch.py: cached launches expand them without descriptor objects).
     After the first launch of a kind, later ones reuse the compiled kernel directly
     (kernels/launch.py: the same kernel and config, a fraction of the host time).
+    ``ieee_configs``, if given, replace ``configs`` for launches with DOT_PRECISION "ieee"
+    (fp32 dots on CUDA cores: smaller tiles, see _LINEAR_IEEE_TILES).
     """
 
-    def __init__(self, kernel, configs, key, fixed=None):
+    def __init__(self, kernel, configs, key, fixed=None, ieee_configs=None):
         self.kernel = kernel
         self.configs = list(configs)
+        self.ieee_configs = list(ieee_configs or ())
         self._forced = None
         self.params = set(kernel.arg_names)
         self.fixed = dict(fixed or {})
         self.key = tuple(key)
         first = configs[0]
-        self.default = dict(first.kwargs, num_warps=first.num_warps, num_stages=first.num_stages)
+        self.default = _meta_of(first)
         self.pre_hook = first.pre_hook
-        tune = AUTOTUNE and not INTERPRET and len(configs) > 1  # a single config runs as it is
-        self.tuned = triton.autotune(configs=configs, key=key)(kernel) if tune else None
+        self.tuned = self._tuner(configs, key)
+        self.ieee_default = _meta_of(self.ieee_configs[0]) if self.ieee_configs else self.default
+        self.tuned_ieee = self._tuner(self.ieee_configs, key) if self.ieee_configs else self.tuned
         self.fast = FastLaunch(kernel, self.pre_hook, self.pre_hook is _set_descriptor_blocks)
+
+    def _tuner(self, configs, key):
+        tune = AUTOTUNE and not INTERPRET and len(configs) > 1  # a single config runs as it is
+        return triton.autotune(configs=configs, key=key)(self.kernel) if tune else None
 
     def _run_fixed(self, grid, args, kwargs, meta):
         # the shared fixed configs name every block size; a kernel takes the ones it has
@@ -278,16 +318,15 @@ class Launcher:
             self.pre_hook(dict(kwargs, **meta))
         return self.kernel[grid](*args, **kwargs, **meta), meta
 
-    def _run_tuned(self, grid, args, kwargs):
-        compiled = self.tuned[grid](*args, **as_descriptors(kwargs), **self.fixed)
-        config = self.tuned.best_config
-        return compiled, dict(config.all_kwargs(), **self.fixed)
+    def _run_tuned(self, tuned, grid, args, kwargs):
+        compiled = tuned[grid](*args, **as_descriptors(kwargs), **self.fixed)
+        return compiled, dict(tuned.best_config.all_kwargs(), **self.fixed)
 
     @contextlib.contextmanager
     def forcing(self, config):
         """Inside the block, GPU launches run ``config`` (one of ``self.configs``), untuned and
         uncached: the GPU tests check every config this way, not only the one the tuner picks."""
-        self._forced = dict(config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
+        self._forced = _meta_of(config)
         try:
             yield
         finally:
@@ -298,10 +337,12 @@ class Launcher:
             return self._run_fixed(grid, args, kwargs, INTERPRET_CONFIG)[0]
         if self._forced is not None and not fp64:
             return self._run_fixed(grid, args, kwargs, self._forced)[0]
+        ieee = kwargs.get("DOT_PRECISION") == "ieee"
+        tuned, default = (self.tuned_ieee, self.ieee_default) if ieee else (self.tuned, self.default)
         if fp64:
             run = lambda: self._run_fixed(grid, args, kwargs, FP64_CONFIG)  # noqa: E731
-        elif self.tuned is None:
-            run = lambda: self._run_fixed(grid, args, kwargs, self.default)  # noqa: E731
+        elif tuned is None:
+            run = lambda: self._run_fixed(grid, args, kwargs, default)  # noqa: E731
         else:
-            run = lambda: self._run_tuned(grid, args, kwargs)  # noqa: E731
+            run = lambda: self._run_tuned(tuned, grid, args, kwargs)  # noqa: E731
         return self.fast.call(run, grid, args, kwargs, by_value=self.key)[0]

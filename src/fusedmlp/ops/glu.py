@@ -45,6 +45,7 @@ import triton
 from ..kernels.configs import (
     GLU_BWD_BLOCK_M,
     GLU_BWD_CONFIGS,
+    GLU_BWD_IEEE_CONFIGS,
     GLU_BWD_TMA_CONFIGS,
     GLU_COOPERATIVE_CONFIG,
     GLU_COOPERATIVE_MIN_K,
@@ -52,6 +53,7 @@ from ..kernels.configs import (
     GLU_DH_PINGPONG_MAX_K,
     GLU_DH_RECOMPUTE_PINGPONG_CONFIG,
     GLU_GEMM_CONFIGS,
+    GLU_IEEE_CONFIGS,
     GLU_PINGPONG_CONFIG,
     GLU_STREAM_CONFIGS,
     GLU_TMA_CONFIGS,
@@ -90,9 +92,11 @@ __all__ = ["geglu", "geglu_reference", "glu_forward_impl", "glu_backward_dh_impl
 _TUNE_KEY = ["M_KEY", "OUT", "K", "HAS_BIAS", "ACT"]
 _BWD_KEY = _TUNE_KEY + ["KG", "G_GEMM", "STORE_Z"]
 _BWD_FIXED = {"BLOCK_M": GLU_BWD_BLOCK_M}
-_fwd_launcher = Launcher(glu_fwd_kernel, GLU_GEMM_CONFIGS, key=_TUNE_KEY + ["STORE_H"])
+_fwd_launcher = Launcher(glu_fwd_kernel, GLU_GEMM_CONFIGS, key=_TUNE_KEY + ["STORE_H"],
+                         ieee_configs=GLU_IEEE_CONFIGS)
 _fwd_tma_launcher = Launcher(glu_fwd_tma_kernel, GLU_TMA_CONFIGS, key=_TUNE_KEY + ["STORE_H"])
-_bwd_launcher = Launcher(glu_bwd_dh_kernel, GLU_BWD_CONFIGS, key=_BWD_KEY, fixed=_BWD_FIXED)
+_bwd_launcher = Launcher(glu_bwd_dh_kernel, GLU_BWD_CONFIGS, key=_BWD_KEY, fixed=_BWD_FIXED,
+                         ieee_configs=GLU_BWD_IEEE_CONFIGS)
 _bwd_tma_launcher = Launcher(glu_bwd_dh_tma_kernel, GLU_BWD_TMA_CONFIGS, key=_BWD_KEY, fixed=_BWD_FIXED)
 # one config per case (with bias or not), never tuned: the stream may write over its inputs
 _stream_launchers = {

@@ -44,6 +44,7 @@ from ..kernels.configs import (
     LINEAR_DGRAD_TMA_CONFIGS,
     LINEAR_DPRE_CONFIGS,
     LINEAR_DPRE_IN_PLACE_CONFIGS,
+    LINEAR_IEEE_CONFIGS,
     LINEAR_PINGPONG_CONFIG,
     LINEAR_TMA_CONFIGS,
     Launcher,
@@ -84,7 +85,7 @@ __all__ = ["linear_act", "linear_act_reference", "linear_act_forward_impl"]
 _FWD_KEY = ["M_KEY", "N", "K", "ACT", "HAS_BIAS", "STORE_PRE"]
 _DGRAD_KEY = ["M_KEY", "N", "K", "ACT", "FROM_OUTPUT", "HAS_BIAS", "STORE_DPRE"]
 _DGRAD_FIXED = {"BLOCK_M": LINEAR_DGRAD_BLOCK_M}
-_fwd_launcher = Launcher(linear_act_fwd_kernel, LINEAR_CONFIGS, key=_FWD_KEY)
+_fwd_launcher = Launcher(linear_act_fwd_kernel, LINEAR_CONFIGS, key=_FWD_KEY, ieee_configs=LINEAR_IEEE_CONFIGS)
 _fwd_tma_launcher = Launcher(linear_act_fwd_tma_kernel, LINEAR_TMA_CONFIGS, key=_FWD_KEY)
 _dgrad_launcher = Launcher(linear_act_dgrad_kernel, LINEAR_DGRAD_CONFIGS, key=_DGRAD_KEY, fixed=_DGRAD_FIXED)
 _DPRE_KEY = ["M_KEY", "N", "ACT", "FROM_OUTPUT", "HAS_BIAS", "STORE_DPRE", "IN_PLACE"]
