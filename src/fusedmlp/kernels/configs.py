@@ -57,8 +57,8 @@ _GLU_STREAM_TILES = {
 # to local memory there (BLOCK_K 64). Measured on an H100 (fp32, 16384 x 512 -> 1792, every
 # tile forced, 2026-11-23; cuBLAS 0.63 ms for the linear, 1.26 for the GLU's two GEMMs):
 # the linear forward took 1.54 ms on the tuner's pick without the pre-activation and 24.6 ms
-# with it (every 16-bit tile 26-33 ms: spills); these take 1.11-1.43 ms either way. The GLU
-# forward 4.9 -> 3.1-3.2 ms; the recompute backward's dh (SwiGLU's step) 20.6 -> 14.2 ms.
+# with it (every 16-bit tile 26-33 ms: spills); these take 1.11-1.46 ms either way. The GLU
+# forward 4.9 -> 3.1-3.2 ms; SwiGLU's recompute step (fwd+bwd, its dh tile forced) 20.6 -> 14.2 ms.
 _LINEAR_IEEE_TILES = [
     ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 16, "GROUP_M": 8}, 4, 3),
     ({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, 4, 3),
@@ -324,8 +324,9 @@ class Launcher:
 
     @contextlib.contextmanager
     def forcing(self, config):
-        """Inside the block, GPU launches run ``config`` (one of ``self.configs``), untuned and
-        uncached: the GPU tests check every config this way, not only the one the tuner picks."""
+        """Inside the block, GPU launches but fp64 ones run ``config`` (one of ``self.configs``
+        or ``self.ieee_configs``), untuned and uncached: the GPU tests check every config this
+        way, not only the one the tuner picks."""
         self._forced = _meta_of(config)
         try:
             yield
