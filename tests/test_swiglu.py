@@ -8,6 +8,7 @@ from helpers import (
 )
 
 import fusedmlp
+from fusedmlp.kernels.configs import GLU_BWD_IEEE_CONFIGS
 from fusedmlp.ops.swiglu import swiglu_reference
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
@@ -134,6 +135,21 @@ def test_first_store_backward_with_autotuning():
     )
     for name, err in errors.items():
         assert err < TOLERANCE[torch.bfloat16], (name, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("index", range(len(GLU_BWD_IEEE_CONFIGS)))
+def test_every_ieee_config_on_gpu(index):
+    """fp32 at "highest" precision: the recompute backward's dh with g = gy @ Wd on the tile
+    runs each CUDA-core tile (GLU_BWD_IEEE_CONFIGS, not only the tuner's pick) against float64."""
+    import fusedmlp.ops.glu as glu_ops
+    from fusedmlp.ops._common import dot_precision
+
+    assert dot_precision(torch.float32) == "ieee", "the test needs PyTorch's default fp32 matmul precision"
+    launcher = glu_ops._bwd_launcher
+    with launcher.forcing(launcher.ieee_configs[index]):
+        tensors, g = make_inputs((1000,), 200, 600, "cuda")
+        run_check(tensors, g, torch.float32, True, f"ieee config {index}")
 
 
 @pytest.mark.gpu
