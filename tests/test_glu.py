@@ -416,30 +416,113 @@ def test_pingpong_forward_on_gpu(monkeypatch, dtype, recompute):
     assert kernels.count(glu_ops.glu_bwd_dh_recompute_pingpong_kernel) == expected, kernels
 
 
+def test_fastest_form_times_once_per_key(monkeypatch):
+    """FastestForm (ops/_common.py), with a stand-in timer: the first call of a key times every
+    form and launches the fastest, later calls of the key launch it untimed, a new key is
+    timed anew; with autotuning off, or a forced form, nothing is timed or filed."""
+    import fusedmlp.kernels.configs as configs
+    from fusedmlp.ops._common import FastestForm
+
+    timings = []
+    speeds = {"a": 3.0, "b": 1.0, "c": 2.0}
+
+    def timer(forms):
+        timings.append(sorted(forms))
+        return {name: speeds[name] for name in forms}
+
+    chooser, launched = FastestForm(timer), []
+    launch = lambda name: launched.append(name) or name  # noqa: E731
+    monkeypatch.setattr(configs, "AUTOTUNE", False)
+    assert chooser.run("k1", ("a", "b", "c"), "a", launch) == "a"
+    assert timings == [] and chooser.chosen == {}
+    monkeypatch.setattr(configs, "AUTOTUNE", True)
+    assert [chooser.run("k1", ("a", "b", "c"), "a", launch) for _ in range(3)] == ["b"] * 3
+    assert timings == [["a", "b", "c"]] and chooser.chosen == {"k1": "b"} and chooser.times["k1"] == speeds
+    speeds["c"] = 0.5
+    assert chooser.run("k2", ("a", "b", "c"), "a", launch) == "c" and len(timings) == 2
+    assert chooser.run("k3", ("a",), "a", launch) == "a" and len(timings) == 2  # one form: nothing to time
+    with chooser.forcing("a"):
+        assert chooser.run("k1", ("a", "b", "c"), "b", launch) == "a"
+        assert chooser.run("k4", ("a", "b", "c"), "b", launch) == "a"
+    assert "k4" not in chooser.chosen and len(timings) == 2
+    assert launched == ["a", "b", "b", "b", "c", "a", "a", "a"]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-def test_cooperative_forward_on_gpu(monkeypatch, dtype):
-    """The GLU forward's cooperative form (y alone from K = GLU_COOPERATIVE_MIN_K: both
-    consumers on one tile of 2 x 128 rows): output and gradients match float64, at its real
-    threshold and, with the threshold lowered, on short K; row counts leave the last tile's
-    second half partly or wholly past M (1000 = 3 x 256 + 232 rows; 333); on 3 SMs each
-    program walks several tiles. The store mode keeps the ping-pong form."""
+def test_every_forward_form_on_gpu(monkeypatch, dtype):
+    """Each form of the GLU forward on compute capability 9.0 (alternating and cooperative
+    ping-pong, the Triton TMA kernel), forced, in both memory modes (the store mode's h
+    comes from the forward): output and gradients match float64; row counts leave the last
+    cooperative tile's second half partly or wholly past M (1000 = 3 x 256 + 232 rows; 333);
+    on 3 SMs each program walks several tiles. Untimed (autotuning off, as in the suite),
+    the rule picks the cooperative form for y alone from K = GLU_COOPERATIVE_MIN_K and the
+    alternating one otherwise."""
     import fusedmlp.ops.glu as glu_ops
 
     recording_pingpong_launches(monkeypatch)
     forms = []
-    real = glu_ops.launch_pingpong
+    real_pingpong, real_tma = glu_ops.launch_pingpong, glu_ops._fwd_tma_launcher.launch
     monkeypatch.setattr(glu_ops, "launch_pingpong", lambda kernel, config, *args, **kwargs: (
-        forms.append((kernel, config.get("COOPERATIVE", False))) or real(kernel, config, *args, **kwargs)))
+        forms.append("cooperative" if config.get("COOPERATIVE") else "alternating")
+        if kernel is glu_ops.glu_fwd_pingpong_kernel else None) or real_pingpong(kernel, config, *args, **kwargs))
+    monkeypatch.setattr(glu_ops._fwd_tma_launcher, "launch",
+                        lambda *args, **kwargs: forms.append("tma") or real_tma(*args, **kwargs))
     cast = lambda t: None if t is None else t.to(dtype)  # noqa: E731
     for shape, k, bias in [((333,), glu_ops.GLU_COOPERATIVE_MIN_K, True), ((1000,), 200, True), ((3, 111), 200, False)]:
-        monkeypatch.setattr(glu_ops, "GLU_COOPERATIVE_MIN_K", min(k, glu_ops.GLU_COOPERATIVE_MIN_K))
         x64, w64, b64, g64 = make_inputs(shape, k, 392, dtype, "cuda", bias)
         for recompute in (True, False):
+            for form in glu_ops.GLU_FORWARD_FORMS:
+                forms.clear()
+                with glu_ops.glu_forward_form.forcing(form):
+                    check_against_reference(cast(x64), cast(w64), cast(b64), cast(g64), x64, w64, b64, g64,
+                                            recompute, f"{form} {shape} K={k} bias={bias}")
+                assert forms == [form], (form, forms)
             forms.clear()
             check_against_reference(cast(x64), cast(w64), cast(b64), cast(g64), x64, w64, b64, g64, recompute,
-                                    f"cooperative {shape} K={k} bias={bias}")
-            assert (glu_ops.glu_fwd_pingpong_kernel, recompute) in forms, forms
+                                    f"rule {shape} K={k} bias={bias}")
+            long_k = k >= glu_ops.GLU_COOPERATIVE_MIN_K
+            assert forms == ["cooperative" if recompute and long_k else "alternating"], forms
+
+
+@pytest.mark.gpu
+def test_forward_form_timed_on_first_call_on_gpu(monkeypatch):
+    """Autotuning on: the first GLU forward of a shape key times the three forms on the
+    caller's tensors and files the fastest; its output (and the next call's, one launch)
+    match float64; inside a CUDA graph capture a new key takes the rule, untimed, and files
+    nothing, and the replayed graph's output matches too."""
+    import fusedmlp.kernels.configs as configs
+    import fusedmlp.ops.glu as glu_ops
+    from fusedmlp.ops._common import FastestForm
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the ping-pong forms are for compute capability 9.0")
+    monkeypatch.setattr(configs, "AUTOTUNE", True)
+    chooser = FastestForm()
+    monkeypatch.setattr(glu_ops, "glu_forward_form", chooser)
+    x64, w64, b64, _ = make_inputs((1000,), 256, 392, torch.bfloat16, "cuda", True)
+    x, w, b = (t.to(torch.bfloat16) for t in (x64, w64, b64))
+    ref = geglu_reference(x64, w64, b64)
+    for _ in range(2):
+        y = fusedmlp.geglu(x, w, b)
+        assert_close(y, ref, torch.bfloat16, "timed forward")
+    assert len(chooser.chosen) == 1 and len(chooser.times) == 1
+    (key, times), = chooser.times.items()
+    assert set(times) == set(glu_ops.GLU_FORWARD_FORMS) and all(t > 0 for t in times.values())
+    assert chooser.chosen[key] == min(times, key=times.get)
+
+    x64, w64, b64, _ = make_inputs((300,), 128, 200, torch.bfloat16, "cuda", True)
+    x, w, b = (t.to(torch.bfloat16) for t in (x64, w64, b64))
+    with glu_ops.glu_forward_form.forcing("alternating"):  # compile that form outside the capture
+        fusedmlp.geglu(x, w, b)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = fusedmlp.geglu(x, w, b)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert len(chooser.chosen) == 1, chooser.chosen
+    assert_close(y, geglu_reference(x64, w64, b64), torch.bfloat16, "captured forward")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

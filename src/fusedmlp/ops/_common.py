@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -10,6 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..kernels import configs as _configs
 from ..kernels.configs import INTERPRET
 from ..kernels.launch import launch
 
@@ -191,6 +193,98 @@ def launch_pingpong(kernel, config: dict, m: int, n: int, sms: int, x_descs: dic
               **dict.fromkeys(out_descs, (block_m, block_n)), **dict.fromkeys(kn_descs, (block_k, block_n))}
     grid = (min(sms, triton.cdiv(m, tile_m) * triton.cdiv(n, block_n)),)
     launch(kernel, grid, **x_descs, **w_descs, **out_descs, **kn_descs, **kwargs, **meta, descriptor_blocks=blocks)
+
+
+def _cuda_times(forms: dict, block_ms: float = 60.0, passes: int = 2) -> dict:
+    """Milliseconds of one launch of each form (a callable) on the current stream, timed as
+    the benchmarks time them (bench/harness.py, Triton's do_bench): each launch CUDA-event
+    timed alone after a write that flushes the L2 cache (every form reads its operands from
+    memory, as a layer does between other layers), in a block of back-to-back launches of
+    one form lasting about ``block_ms``, whose first third is not counted: a GPU's clocks
+    under a sustained load of one kernel are what a training step sees, and they differ by
+    kernel (on an H100 the GLU forward's forms ranked differently when interleaved launch by
+    launch). Each form runs once first (compiles and, for tuned kernels, tunes); ``passes``
+    rounds of one block per form; a form's time is its lowest block median."""
+    flush = torch.empty(max(2 * _l2_bytes(), 64 * 2**20), dtype=torch.int8, device="cuda")
+
+    def block(run, count):
+        pairs = []
+        for _ in range(count):
+            flush.zero_()
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            stop.record()
+            pairs.append((start, stop))
+        torch.cuda.synchronize()
+        times = sorted(a.elapsed_time(b) for a, b in pairs[count // 3:])
+        return times[len(times) // 2]
+
+    for run in forms.values():
+        run()
+    estimate = {name: block(run, 1) for name, run in forms.items()}
+    best = dict.fromkeys(forms, float("inf"))
+    for _ in range(passes):
+        for name, run in forms.items():
+            count = max(6, min(1000, int(block_ms / (estimate[name] + 0.05))))
+            best[name] = min(best[name], block(run, count))
+    return best
+
+
+def _l2_bytes() -> int:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return getattr(props, "L2_cache_size", 0) or 64 * 2**20
+
+
+class FastestForm:
+    """A per-key choice among interchangeable forms of one launch: kernels that read the same
+    inputs and write the same outputs, whose speed order depends on the GPU and the shape
+    (where no static rule fits every device, e.g. the GLU forward's forms, ops/glu.py).
+
+    ``run(key, names, rule, launch)``: ``launch(name)`` launches the form ``name``, one of
+    ``names``. The first call of a ``key`` (on a GPU, autotuning on) times every form
+    (``timer({name: callable}) -> {name: ms}``, default CUDA events) and files the fastest
+    under the key for the process; later calls of the key launch it straight away. Where
+    nothing may be timed (inside a CUDA graph capture, or FUSEDMLP_AUTOTUNE=0) a call
+    launches the filed choice or, if none, ``rule`` (a name of ``names``), and files nothing.
+    The forms must write only their own outputs: the timing runs each several times on the
+    caller's tensors. Forms may round differently, so two processes that chose differently
+    can differ in the last bits; FUSEDMLP_AUTOTUNE=0 or ``forcing`` fixes the form."""
+
+    def __init__(self, timer=None):
+        self.chosen = {}
+        self.times = {}  # key -> {name: ms} of the timing that chose (tests and benches read it)
+        self.timer = timer or _cuda_times
+        self._forced = None
+
+    @contextlib.contextmanager
+    def forcing(self, name: str):
+        """Inside the block every call launches the form ``name`` (where it is one of the
+        names offered), untimed: the GPU tests check each form this way."""
+        self._forced = name
+        try:
+            yield
+        finally:
+            self._forced = None
+
+    def choice(self, key, names, rule: str, launch) -> str:
+        """The name of the form a call of ``key`` launches, timing the forms (through
+        ``launch``) if this is the key's first call and timing is allowed."""
+        if self._forced in names:
+            return self._forced
+        chosen = self.chosen.get(key)
+        if chosen is not None:
+            return chosen
+        if (len(names) == 1 or not _configs.AUTOTUNE
+                or (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())):
+            return rule
+        times = self.times[key] = self.timer({name: functools.partial(launch, name) for name in names})
+        chosen = self.chosen[key] = min(times, key=times.get)
+        return chosen
+
+    def run(self, key, names, rule: str, launch):
+        """Launch the chosen form of ``key`` (``choice``); returns what ``launch`` returns."""
+        return launch(self.choice(key, names, rule, launch))
 
 
 def persistent_grid(sms: int, m: int, n: int, block_m: str = "BLOCK_M", block_n: str = "BLOCK_N"):

@@ -71,6 +71,7 @@ from ..kernels.glu import (
 )
 from . import _common
 from ._common import (
+    FastestForm,
     check_bool,
     acc_dtypes,
     autotune_m_key,
@@ -80,6 +81,7 @@ from ._common import (
     launch_pingpong,
     num_sms,
     persistent_grid,
+    pingpong_device,
     pingpong_eligible,
     reuse_saved_once,
     tma_eligible,
@@ -104,6 +106,17 @@ _stream_launchers = {
     for has_bias, configs in GLU_STREAM_CONFIGS.items()
 }
 
+# The GLU forward on compute capability 9.0 has three forms that write the same y (and h):
+# the alternating ping-pong kernel (two consumers on alternate tiles, one's epilogue beside
+# the other's main loop), the cooperative one (both consumers on one tile of 2 x 128 rows,
+# configs.py) and the Triton TMA kernel. Their order depends on the device: on an H200 the
+# cooperative form wins by 1-2% at K >= 2048 with y alone and loses elsewhere (the rule
+# below); on an H100 it wins by 6-30% from K = 1024, h stored or not (benchmarks/NOTES.md,
+# "The GLU forward's form on an H100"). So the first call of each shape key times the three
+# and keeps the fastest (ops/_common.py FastestForm); the rule serves where nothing is timed.
+GLU_FORWARD_PINGPONG_FORMS = {"alternating": GLU_PINGPONG_CONFIG, "cooperative": GLU_COOPERATIVE_CONFIG}
+GLU_FORWARD_FORMS = ("tma", *GLU_FORWARD_PINGPONG_FORMS)
+glu_forward_form = FastestForm()
 
 # --------------------------------------------------------------------------------------
 # Reference (float64 oracle in tests, and the CPU path without the Triton interpreter)
@@ -138,25 +151,29 @@ def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
         return y, h
     h_halves = (h[:, :out], h[:, out:]) if store_h else ()
     common = dict(M=m, OUT=out, K=k, M_KEY=autotune_m_key(m), ACT=act, HAS_BIAS=b1 is not None, STORE_H=store_h)
-    if pingpong_eligible(x, y, w1, w2, *h_halves):
-        h1, h2 = h_halves if store_h else (y, y)
-        # y alone after a long main loop: both consumers on each tile (configs.py)
-        config = GLU_COOPERATIVE_CONFIG if not store_h and k >= GLU_COOPERATIVE_MIN_K else GLU_PINGPONG_CONFIG
-        launch_pingpong(
-            glu_fwd_pingpong_kernel, config, m, out, num_sms(x),
-            {"x_desc": x}, {"w1_desc": w1, "w2_desc": w2}, {"y_desc": y, "h1_desc": h1, "h2_desc": h2},
-            b1_ptr=_bias_or(b1, y), b2_ptr=_bias_or(b2, y), **{k: v for k, v in common.items() if k != "M_KEY"},
-        )
-        return y, h
     if tma_eligible(x, y, w1, w2, *h_halves):
         h1, h2 = h_halves if store_h else (y, y)
-        _fwd_tma_launcher.launch(
-            persistent_grid(num_sms(x), m, out),
-            x_desc=x, w1_desc=w1, w2_desc=w2,
-            b1_ptr=_bias_or(b1, y), b2_ptr=_bias_or(b2, y), y_desc=y,
-            h1_desc=h1, h2_desc=h2,
-            **common, **dot_meta(x.dtype),
-        )
+        b1_ptr, b2_ptr = _bias_or(b1, y), _bias_or(b2, y)
+
+        def launch(form):
+            if form == "tma":
+                return _fwd_tma_launcher.launch(
+                    persistent_grid(num_sms(x), m, out), x_desc=x, w1_desc=w1, w2_desc=w2, b1_ptr=b1_ptr,
+                    b2_ptr=b2_ptr, y_desc=y, h1_desc=h1, h2_desc=h2, **common, **dot_meta(x.dtype),
+                )
+            return launch_pingpong(
+                glu_fwd_pingpong_kernel, GLU_FORWARD_PINGPONG_FORMS[form], m, out, num_sms(x),
+                {"x_desc": x}, {"w1_desc": w1, "w2_desc": w2}, {"y_desc": y, "h1_desc": h1, "h2_desc": h2},
+                b1_ptr=b1_ptr, b2_ptr=b2_ptr, M=m, OUT=out, K=k, ACT=act, HAS_BIAS=b1 is not None, STORE_H=store_h,
+            )
+
+        if pingpong_device(x):
+            # the H200's rule (configs.py) for where nothing is timed
+            rule = "cooperative" if not store_h and k >= GLU_COOPERATIVE_MIN_K else "alternating"
+            key = (x.device.index, x.dtype, common["M_KEY"], out, k, act, b1 is not None, store_h)
+            glu_forward_form.run(key, GLU_FORWARD_FORMS, rule, launch)
+        else:
+            launch("tma")
         return y, h
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
     _fwd_launcher.launch(
