@@ -137,9 +137,23 @@ def environment() -> dict:
     return env
 
 
+def glu_forward_forms() -> list[dict]:
+    """The GLU forward's form chosen per shape key in this process (ops/glu.py), with the
+    median ms per launch of each form that the choosing call measured."""
+    from ..ops.glu import glu_forward_form
+
+    fields = ("device", "dtype", "m_key", "out", "k", "activation", "bias", "store_h")
+    return [dict(zip(fields, (*key[:1], str(key[1]).replace("torch.", ""), *key[2:])),
+                 chosen=glu_forward_form.chosen[key], ms={name: round(ms, 4) for name, ms in times.items()})
+            for key, times in glu_forward_form.times.items()]
+
+
 def write_json(path: Path, env: dict, rows: list[Measurement]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"environment": env, "results": [asdict(r) for r in rows]}
+    forms = glu_forward_forms()
+    if forms:
+        payload["glu_forward_forms"] = forms
     path.write_text(json.dumps(payload, indent=1))
 
 
