@@ -234,12 +234,14 @@ LINEAR_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "STAGES
 # 64 x 256 MMA) at every shape (benchmarks/NOTES.md, "The GLU forward as one MMA per stage").
 GLU_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "STAGES": 5, "GROUP_M": 8,
                        "COOPERATIVE": False, "CONSUMER_REGS": 232, "LOADER_REGS": 40, "num_warps": 4, "maxnreg": 168}
-# The GLU forward writing y alone with a long main loop (K >= GLU_COOPERATIVE_MIN_K): both
-# consumers on one tile of 2 x 128 rows (each its 128 x 128 accumulator), so each stage's weight
-# tiles feed 256 rows and a tile's loads shrink from 256 to 192 rows of K per 128 rows of
-# output; the epilogues no longer overlap a main loop, which a long K amortises. 4 stages of
-# 48 KiB. On an H200: 1.2% faster at K = 2048, 2.1% at 4096, slower at K <= 1024 and wherever
-# h is stored too (benchmarks/NOTES.md, "The GLU forward, cooperative").
+# The GLU forward's cooperative form: both consumers on one tile of 2 x 128 rows (each its
+# 128 x 128 accumulator), so each stage's weight tiles feed 256 rows and a tile's loads shrink
+# from 256 to 192 rows of K per 128 rows of output; the epilogues no longer overlap a main
+# loop, which a long K amortises. 4 stages of 48 KiB. On an H200: 1.2% faster than the
+# alternating form at K = 2048, 2.1% at 4096 with y alone, slower at K <= 1024 and wherever h
+# is stored too (benchmarks/NOTES.md, "The GLU forward, cooperative"); on an H100 faster from
+# K = 1024, h stored or not. The form is timed per shape (ops/glu.py); GLU_COOPERATIVE_MIN_K
+# is the H200's rule, used where nothing is timed (graph capture, FUSEDMLP_AUTOTUNE=0).
 GLU_COOPERATIVE_CONFIG = dict(GLU_PINGPONG_CONFIG, STAGES=4, COOPERATIVE=True)
 GLU_COOPERATIVE_MIN_K = 2048
 # The backward's dh with g = gy @ Wd on the tile (SwiGLU with h kept): each consumer holds g
