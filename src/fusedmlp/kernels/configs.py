@@ -227,7 +227,15 @@ FP64_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "BLOCK_C": 64, "SUB_
 # On an H200 it beat 64 x 256 tiles (3 or 4 stages) and 5 stages at 4 of 5 shapes
 # (benchmarks/NOTES.md, "The ping-pong forward").
 LINEAR_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "STAGES": 4, "GROUP_M": 8,
-                          "CONSUMER_REGS": 232, "LOADER_REGS": 40, "num_warps": 4, "maxnreg": 168}
+                          "COOPERATIVE": False, "CONSUMER_REGS": 232, "LOADER_REGS": 40, "num_warps": 4,
+                          "maxnreg": 168}
+# The linear forward's cooperative form (pingpong.py's COOPERATIVE, as the GLU forward's below):
+# both consumers on one tile of 2 x 128 rows, so each weight tile loaded feeds 256 rows; a stage
+# is 48 KiB, so 3 stages beside the two 32 KiB output buffers. On an H200 it lost to the
+# alternating form with gelu_tanh at every K and tied with the identity at K = 4096
+# (benchmarks/NOTES.md, "The linear and LoRA ping-pong forwards, cooperative"); ops/linear_act.py
+# times the forms per shape, the alternating one the rule where nothing is timed.
+LINEAR_COOPERATIVE_CONFIG = dict(LINEAR_PINGPONG_CONFIG, STAGES=3, COOPERATIVE=True)
 # The GLU forward's consumers run one 128 x 128 MMA per stage over x [128, 64] and the two
 # weight tiles [64, 64] side by side (BLOCK_N is per weight; the accumulator's column halves
 # are x1 and x2), 5 stages. On an H200 it beat 4 stages and 64 x 128 tiles per weight (one

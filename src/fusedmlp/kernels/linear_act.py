@@ -105,20 +105,21 @@ def linear_act_fwd_pingpong_kernel(
     x_desc, w_desc, b_ptr, y_desc, pre_desc,
     M, N, K,
     ACT: gl.constexpr, HAS_BIAS: gl.constexpr, STORE_PRE: gl.constexpr,
-    GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+    GROUP_M: gl.constexpr, STAGES: gl.constexpr, COOPERATIVE: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: LINEAR_PINGPONG_CONFIG
 ):
     """``linear_act_fwd_kernel`` as a warp-specialised ping-pong kernel (pingpong.py), one
     program per SM: two consumer warpgroups alternate tiles, each one's epilogue running
-    during the other's main loop. Block shapes come from the descriptors; 16-bit data."""
-    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w_desc, y_desc, STAGES, False, 1, False)
+    during the other's main loop (COOPERATIVE: both on each tile of twice the rows, each
+    weight tile feeding 256 rows). Block shapes come from the descriptors; 16-bit data."""
+    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w_desc, y_desc, STAGES, False, 1, COOPERATIVE)
     gl.warp_specialize([
         (pingpong_consumer, (w_desc, b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, c_bufs,
                              ready, empty, turn, M, N, K, 0, ACT, HAS_BIAS, STORE_PRE, False, GROUP_M, STAGES,
-                             False, 0)),
+                             COOPERATIVE, 0)),
         (pingpong_consumer, (w_desc, b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, c_bufs,
                              ready, empty, turn, M, N, K, 1, ACT, HAS_BIAS, STORE_PRE, False, GROUP_M, STAGES,
-                             False, 0)),
+                             COOPERATIVE, 0)),
         (pingpong_loader, (x_desc, w_desc, w_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, STAGES,
                            False, False, x_desc, w_desc, 0)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])

@@ -143,20 +143,20 @@ def lora_fwd_pingpong_kernel(
     x_desc, w_desc, xs_desc, lora_b_desc, b_ptr, y_desc, pre_desc,
     M, N, K, R,
     ACT: gl.constexpr, HAS_BIAS: gl.constexpr, STORE_PRE: gl.constexpr,
-    GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+    GROUP_M: gl.constexpr, STAGES: gl.constexpr, COOPERATIVE: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: LINEAR_PINGPONG_CONFIG
 ):
     """``lora_fwd_tma_kernel`` with xs given (``[M, R]``, ``s`` already applied) as a ping-pong
     kernel: ``pre = x @ W.T + xs @ B.T + b`` in one main loop whose last K steps read xs and
     ``B [N, R]`` (pingpong.py's tail steps), then linear_act's epilogue; 16-bit data."""
-    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w_desc, y_desc, STAGES, False, 1, False)
+    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w_desc, y_desc, STAGES, False, 1, COOPERATIVE)
     gl.warp_specialize([
         (pingpong_consumer, (w_desc, b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, c_bufs,
                              ready, empty, turn, M, N, K, 0, ACT, HAS_BIAS, STORE_PRE, False, GROUP_M, STAGES,
-                             False, R)),
+                             COOPERATIVE, R)),
         (pingpong_consumer, (w_desc, b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, c_bufs,
                              ready, empty, turn, M, N, K, 1, ACT, HAS_BIAS, STORE_PRE, False, GROUP_M, STAGES,
-                             False, R)),
+                             COOPERATIVE, R)),
         (pingpong_loader, (x_desc, w_desc, w_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, STAGES,
                            False, False, xs_desc, lora_b_desc, R)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
