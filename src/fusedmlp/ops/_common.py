@@ -199,13 +199,22 @@ def _cuda_times(forms: dict, block_ms: float = 60.0, passes: int = 2) -> dict:
     """Milliseconds of one launch of each form (a callable) on the current stream, timed as
     the benchmarks time them (bench/harness.py, Triton's do_bench): each launch CUDA-event
     timed alone after a write that flushes the L2 cache (every form reads its operands from
-    memory, as a layer does between other layers), in a block of back-to-back launches of
+    memory, as a layer does between other layers; at least 256 MiB, as do_bench writes, so
+    that the GPU stays behind the host: with 100 MiB a ping-pong form's host launch time was
+    counted at a 0.06 ms shape on an H100, doubling it), in a block of back-to-back launches of
     one form lasting about ``block_ms``, whose first third is not counted: a GPU's clocks
     under a sustained load of one kernel are what a training step sees, and they differ by
     kernel (on an H100 the GLU forward's forms ranked differently when interleaved launch by
-    launch). Each form runs once first (compiles and, for tuned kernels, tunes); ``passes``
-    rounds of one block per form; a form's time is its lowest block median."""
-    flush = torch.empty(max(2 * _l2_bytes(), 64 * 2**20), dtype=torch.int8, device="cuda")
+    launch). Each form runs once first (compiles and, for tuned kernels, tunes); then one
+    untimed round of a block per form brings a GPU that was idle to its loaded clocks (the
+    first form timed on a cold H100 measured up to 14% fast), and ``passes`` timed rounds
+    follow, every other one in reverse order; a form's time is the mean of its block
+    medians. Returns None, timing nothing, where the flush buffer does not fit in the free
+    memory."""
+    try:
+        flush = torch.empty(max(2 * _l2_bytes(), 256 * 2**20), dtype=torch.int8, device="cuda")
+    except torch.cuda.OutOfMemoryError:
+        return None
 
     def block(run, count):
         pairs = []
@@ -222,13 +231,16 @@ def _cuda_times(forms: dict, block_ms: float = 60.0, passes: int = 2) -> dict:
 
     for run in forms.values():
         run()
-    estimate = {name: block(run, 1) for name, run in forms.items()}
-    best = dict.fromkeys(forms, float("inf"))
-    for _ in range(passes):
-        for name, run in forms.items():
-            count = max(6, min(1000, int(block_ms / (estimate[name] + 0.05))))
-            best[name] = min(best[name], block(run, count))
-    return best
+    counts = {name: max(6, min(1000, int(block_ms / (block(run, 1) + 0.1))))  # 0.1: the flush
+              for name, run in forms.items()}
+    medians = {name: [] for name in forms}
+    order = list(forms)
+    for round_ in range(passes + 1):
+        for name in order if round_ % 2 else order[::-1]:
+            median = block(forms[name], counts[name])
+            if round_:
+                medians[name].append(median)
+    return {name: sum(values) / len(values) for name, values in medians.items()}
 
 
 def _l2_bytes() -> int:
@@ -242,16 +254,19 @@ class FastestForm:
     (where no static rule fits every device, e.g. the GLU forward's forms, ops/glu.py).
 
     ``run(key, names, rule, launch)``: ``launch(name)`` launches the form ``name``, one of
-    ``names``. The first call of a ``key`` (on a GPU, autotuning on) times every form
+    ``names`` (the forms the call's device and layout admit; one name: launched untimed).
+    The first call of a ``key`` (on a GPU, autotuning on) times every form
     (``timer({name: callable}) -> {name: ms}``, default CUDA events) and files the fastest
     under the key for the process; later calls of the key launch it straight away. Where
     nothing may be timed (inside a CUDA graph capture, or FUSEDMLP_AUTOTUNE=0) a call
-    launches the filed choice or, if none, ``rule`` (a name of ``names``), and files nothing.
+    launches the filed choice or, if none, ``rule`` (a name of ``names``), and files nothing;
+    so does a call whose timer returns nothing (the default one, without memory to spare).
     The forms must write only their own outputs: the timing runs each several times on the
     caller's tensors. Forms may round differently, so two processes that chose differently
     can differ in the last bits; FUSEDMLP_AUTOTUNE=0 or ``forcing`` fixes the form."""
 
-    def __init__(self, timer=None):
+    def __init__(self, timer=None, fields=()):
+        self.fields = fields  # names of a key's parts (the bench JSON lists the choices by them)
         self.chosen = {}
         self.times = {}  # key -> {name: ms} of the timing that chose (tests and benches read it)
         self.timer = timer or _cuda_times
@@ -270,15 +285,19 @@ class FastestForm:
     def choice(self, key, names, rule: str, launch) -> str:
         """The name of the form a call of ``key`` launches, timing the forms (through
         ``launch``) if this is the key's first call and timing is allowed."""
+        if len(names) == 1:
+            return names[0]
         if self._forced in names:
             return self._forced
         chosen = self.chosen.get(key)
         if chosen is not None:
             return chosen
-        if (len(names) == 1 or not _configs.AUTOTUNE
-                or (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())):
+        if not _configs.AUTOTUNE or (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
             return rule
-        times = self.times[key] = self.timer({name: functools.partial(launch, name) for name in names})
+        times = self.timer({name: functools.partial(launch, name) for name in names})
+        if not times:  # nothing timed (no memory to spare): the rule, this call only
+            return rule
+        self.times[key] = times
         chosen = self.chosen[key] = min(times, key=times.get)
         return chosen
 

@@ -116,7 +116,7 @@ _stream_launchers = {
 # and keeps the fastest (ops/_common.py FastestForm); the rule serves where nothing is timed.
 GLU_FORWARD_PINGPONG_FORMS = {"alternating": GLU_PINGPONG_CONFIG, "cooperative": GLU_COOPERATIVE_CONFIG}
 GLU_FORWARD_FORMS = ("tma", *GLU_FORWARD_PINGPONG_FORMS)
-glu_forward_form = FastestForm()
+glu_forward_form = FastestForm(fields=("device", "dtype", "m_key", "out", "k", "activation", "bias", "store_h"))
 
 # --------------------------------------------------------------------------------------
 # Reference (float64 oracle in tests, and the CPU path without the Triton interpreter)
@@ -167,13 +167,10 @@ def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
                 b1_ptr=b1_ptr, b2_ptr=b2_ptr, M=m, OUT=out, K=k, ACT=act, HAS_BIAS=b1 is not None, STORE_H=store_h,
             )
 
-        if pingpong_device(x):
-            # the H200's rule (configs.py) for where nothing is timed
-            rule = "cooperative" if not store_h and k >= GLU_COOPERATIVE_MIN_K else "alternating"
-            key = (x.device.index, x.dtype, common["M_KEY"], out, k, act, b1 is not None, store_h)
-            glu_forward_form.run(key, GLU_FORWARD_FORMS, rule, launch)
-        else:
-            launch("tma")
+        # the H200's rule (configs.py) for where nothing is timed
+        rule = "cooperative" if not store_h and k >= GLU_COOPERATIVE_MIN_K else "alternating"
+        key = (x.device.index, x.dtype, common["M_KEY"], out, k, act, b1 is not None, store_h)
+        glu_forward_form.run(key, GLU_FORWARD_FORMS if pingpong_device(x) else ("tma",), rule, launch)
         return y, h
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
     _fwd_launcher.launch(
