@@ -5,6 +5,7 @@ import torch
 from helpers import (
     TOLERANCE, assert_close, backward_peak_bytes, check_against_float64, check_backward_twice,
     check_replayed_step, compile_pingpong_for_hopper, first_store_backward_errors, forcing_tma_config, rel_err,
+    recording_pingpong_launches,
 )
 from torch import nn
 
@@ -173,6 +174,64 @@ def test_pingpong_kernel_compiles_for_hopper():
     (benchmarks/NOTES.md, "Spills in the epilogues")."""
     compile_pingpong_for_hopper("linear_act", "linear_act_fwd_pingpong_kernel", "LINEAR_PINGPONG_CONFIG", ACTIVATIONS,
                                 max_stack=16)
+
+
+def test_cooperative_kernel_compiles_for_hopper():
+    """The ping-pong forward's cooperative form (both consumers on each tile of 2 x 128 rows,
+    3 stages) compiles for sm_90a within the shared memory, with at most 16 bytes of stack."""
+    compile_pingpong_for_hopper("linear_act", "linear_act_fwd_pingpong_kernel", "LINEAR_COOPERATIVE_CONFIG",
+                                ["gelu_tanh", "gelu", "relu"], max_stack=16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("activation", ["gelu_tanh", "relu", "identity"])
+def test_every_forward_form_on_gpu(monkeypatch, dtype, activation):
+    """Each form of the linear forward on compute capability 9.0 (the Triton TMA kernel, the
+    ping-pong kernel alternating or cooperative), forced: output and gradients match float64
+    with and without bias and pre-activation; row counts leave the last cooperative tile's
+    second half partly or wholly past M (1000 = 3 x 256 + 232 rows; 999; 129); on 3 SMs each
+    program walks several tiles. Untimed (autotuning off, as in the suite) the rule picks the
+    alternating form."""
+    import fusedmlp.ops.linear_act as ops
+
+    recording_pingpong_launches(monkeypatch, ops)
+    forms = []
+    real_pingpong, real_tma = ops._launch_fwd_pingpong, ops._fwd_tma_launcher.launch
+    monkeypatch.setattr(ops, "_launch_fwd_pingpong", lambda *args: forms.append(args[-1]) or real_pingpong(*args))
+    monkeypatch.setattr(ops._fwd_tma_launcher, "launch",
+                        lambda *args, **kwargs: forms.append("tma") or real_tma(*args, **kwargs))
+    for shape, bias, save_preact in [((1000,), True, False), ((3, 333), False, True), ((129,), True, True)]:
+        tensors, g = make_inputs(shape, 200, 392, "cuda", bias)
+        for form in ops.LINEAR_FORWARD_FORMS:
+            forms.clear()
+            with ops.linear_forward_form.forcing(form):
+                run_check(tensors, g, dtype, activation, save_preact, f"{form} {shape} bias={bias}")
+            assert forms and set(forms) == {form}, (form, forms)  # the backward may recompute pre
+        forms.clear()
+        run_check(tensors, g, dtype, activation, save_preact, f"rule {shape} bias={bias}")
+        assert forms and set(forms) == {"alternating"}, forms
+
+
+@pytest.mark.gpu
+def test_forward_form_timed_on_first_call_on_gpu(monkeypatch):
+    """Autotuning on: the first linear forward of a shape key times the three forms and files
+    the fastest (ops/_common.py FastestForm, shared with the GLU forward); output correct."""
+    import fusedmlp.kernels.configs as configs
+    import fusedmlp.ops.linear_act as ops
+    from fusedmlp.ops._common import FastestForm
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the ping-pong forms are for compute capability 9.0")
+    monkeypatch.setattr(configs, "AUTOTUNE", True)
+    chooser = FastestForm()
+    monkeypatch.setattr(ops, "linear_forward_form", chooser)
+    tensors, _ = make_inputs((1000,), 256, 392, "cuda", True)
+    x64, w64, b64 = tensors
+    y = fusedmlp.linear_act(x64.to(torch.bfloat16), w64.to(torch.bfloat16), b64.to(torch.bfloat16), "gelu_tanh")
+    assert_close(y, linear_act_reference(x64, w64, b64, "gelu_tanh"), torch.bfloat16, "timed forward")
+    (key, times), = chooser.times.items()
+    assert set(times) == set(ops.LINEAR_FORWARD_FORMS) and chooser.chosen[key] == min(times, key=times.get)
 
 
 @pytest.mark.gpu

@@ -4,7 +4,9 @@
         y = act(x @ weight.T + bias)
 
 Forward: one kernel (GEMM + bias + activation on the tile; on compute capability 9.0 with
-16-bit data the Gluon ping-pong kernel, kernels/pingpong.py). Backward (kernels/linear_act.py):
+16-bit data the fastest of three forms, timed on the first call of each shape: the Triton TMA
+kernel and the Gluon ping-pong kernel, kernels/pingpong.py, alternating tiles between its two
+consumers or both on each tile). Backward (kernels/linear_act.py):
 one streaming kernel forms ``dpre = g * act'(pre)`` and the per-row-block db partials (reduced
 in a fixed order: deterministic), then ``dx = dpre @ W`` and ``dW = dpre.T @ x`` run on cuBLAS.
 The identity has no stream: dpre is g itself and db its column sum (PyTorch's, deterministic).
@@ -44,6 +46,7 @@ from ..kernels.configs import (
     LINEAR_DGRAD_TMA_CONFIGS,
     LINEAR_DPRE_CONFIGS,
     LINEAR_DPRE_IN_PLACE_CONFIGS,
+    LINEAR_COOPERATIVE_CONFIG,
     LINEAR_IEEE_CONFIGS,
     LINEAR_PINGPONG_CONFIG,
     LINEAR_TMA_CONFIGS,
@@ -58,6 +61,7 @@ from ..kernels.linear_act import (
     linear_act_fwd_tma_kernel,
 )
 from ._common import (
+    FastestForm,
     check_bool,
     acc_dtypes,
     autotune_m_key,
@@ -67,7 +71,7 @@ from ._common import (
     launch_pingpong,
     num_sms,
     persistent_grid,
-    pingpong_eligible,
+    pingpong_device,
     reuse_saved_once,
     tma_eligible,
     use_triton,
@@ -97,6 +101,13 @@ _dpre_in_place_launcher = Launcher(linear_act_dpre_kernel, LINEAR_DPRE_IN_PLACE_
 FUSED_DGRAD = os.environ.get("FUSEDMLP_FUSED_DGRAD", "0") not in ("", "0")
 _dgrad_tma_launcher = Launcher(linear_act_dgrad_tma_kernel, LINEAR_DGRAD_TMA_CONFIGS, key=_DGRAD_KEY,
                                fixed=_DGRAD_FIXED)
+# The forward's forms on compute capability 9.0 (as the GLU forward's, ops/glu.py): the Triton
+# TMA kernel and the ping-pong kernel alternating tiles or cooperative (configs.py). On an H200
+# the alternating form was the fastest with gelu_tanh at every K measured, so it is the rule
+# where nothing is timed; the first call of each shape key times the three.
+LINEAR_FORWARD_PINGPONG_FORMS = {"alternating": LINEAR_PINGPONG_CONFIG, "cooperative": LINEAR_COOPERATIVE_CONFIG}
+LINEAR_FORWARD_FORMS = ("tma", *LINEAR_FORWARD_PINGPONG_FORMS)
+linear_forward_form = FastestForm(fields=("device", "dtype", "m_key", "n", "k", "activation", "bias", "store_pre"))
 
 
 def linear_act_reference(x, weight, bias=None, activation="gelu_tanh"):
@@ -117,16 +128,20 @@ def _launch_fwd(x, weight, bias, act, store_pre):
     common = dict(M=m, N=n, K=k, M_KEY=autotune_m_key(m), ACT=act, HAS_BIAS=bias is not None, STORE_PRE=store_pre)
     b_ptr = bias if bias is not None else y
     outputs = (y, pre) if store_pre else (y,)
-    if pingpong_eligible(x, weight, *outputs):
-        _launch_fwd_pingpong(x, weight, b_ptr, y, pre if store_pre else y, common)
-        return y, pre
     if tma_eligible(x, weight, *outputs):
-        _fwd_tma_launcher.launch(
-            persistent_grid(num_sms(x), m, n),
-            x_desc=x, w_desc=weight, b_ptr=b_ptr, y_desc=y,
-            pre_desc=pre if store_pre else y,
-            **common, **dot_meta(x.dtype),
-        )
+        pre_or_y = pre if store_pre else y
+
+        def launch(form):
+            if form == "tma":
+                return _fwd_tma_launcher.launch(
+                    persistent_grid(num_sms(x), m, n), x_desc=x, w_desc=weight, b_ptr=b_ptr, y_desc=y,
+                    pre_desc=pre_or_y, **common, **dot_meta(x.dtype),
+                )
+            return _launch_fwd_pingpong(x, weight, b_ptr, y, pre_or_y, common, form)
+
+        key = (x.device.index, x.dtype, common["M_KEY"], n, k, act, bias is not None, store_pre)
+        linear_forward_form.run(key, LINEAR_FORWARD_FORMS if pingpong_device(x) else ("tma",), "alternating",
+                                launch)
         return y, pre
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
     _fwd_launcher.launch(
@@ -138,9 +153,9 @@ def _launch_fwd(x, weight, bias, act, store_pre):
     return y, pre
 
 
-def _launch_fwd_pingpong(x, weight, b_ptr, y, pre, common):
+def _launch_fwd_pingpong(x, weight, b_ptr, y, pre, common, form):
     launch_pingpong(
-        linear_act_fwd_pingpong_kernel, LINEAR_PINGPONG_CONFIG, common["M"], common["N"], num_sms(x),
+        linear_act_fwd_pingpong_kernel, LINEAR_FORWARD_PINGPONG_FORMS[form], common["M"], common["N"], num_sms(x),
         {"x_desc": x}, {"w_desc": weight}, {"y_desc": y, "pre_desc": pre},
         b_ptr=b_ptr, **{k: v for k, v in common.items() if k != "M_KEY"},
     )
