@@ -60,24 +60,26 @@ def test_json_csv_and_plot(tmp_path):
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_json_records_the_glu_forward_forms(tmp_path, monkeypatch):
-    """The JSON lists the GLU forward's form chosen per shape key with the times that chose
-    it (a GPU run files them; here one filed entry stands in), and nothing when none was."""
+def test_json_records_the_forward_forms(tmp_path, monkeypatch):
+    """The JSON lists, per op, the forward's form chosen per shape key with the times that
+    chose it (a GPU run files them; here one filed entry stands in), and nothing when none was."""
     from fusedmlp.ops._common import FastestForm
     import fusedmlp.ops.glu as glu_ops
+    import fusedmlp.ops.linear_act as linear_ops
 
-    chooser = FastestForm()
+    chooser = FastestForm(fields=glu_ops.glu_forward_form.fields)
     monkeypatch.setattr(glu_ops, "glu_forward_form", chooser)
+    monkeypatch.setattr(linear_ops, "linear_forward_form", FastestForm(fields=linear_ops.linear_forward_form.fields))
     harness.write_json(tmp_path / "none.json", {}, [])
-    assert "glu_forward_forms" not in json.loads((tmp_path / "none.json").read_text())
+    assert "forward_forms" not in json.loads((tmp_path / "none.json").read_text())
     key = (0, torch.bfloat16, 32768, 4096, 1024, "gelu_tanh", True, False)
     chooser.times[key] = {"tma": 0.92, "alternating": 0.91, "cooperative": 0.87}
     chooser.chosen[key] = "cooperative"
     harness.write_json(tmp_path / "one.json", {}, [])
-    forms = json.loads((tmp_path / "one.json").read_text())["glu_forward_forms"]
-    assert forms == [{"device": 0, "dtype": "bfloat16", "m_key": 32768, "out": 4096, "k": 1024,
-                      "activation": "gelu_tanh", "bias": True, "store_h": False, "chosen": "cooperative",
-                      "ms": {"tma": 0.92, "alternating": 0.91, "cooperative": 0.87}}]
+    forms = json.loads((tmp_path / "one.json").read_text())["forward_forms"]
+    assert forms == {"glu": [{"device": 0, "dtype": "bfloat16", "m_key": 32768, "out": 4096, "k": 1024,
+                              "activation": "gelu_tanh", "bias": True, "store_h": False, "chosen": "cooperative",
+                              "ms": {"tma": 0.92, "alternating": 0.91, "cooperative": 0.87}}]}
 
 
 def test_bench_without_gpu_reports_errors(capsys):

@@ -137,23 +137,29 @@ def environment() -> dict:
     return env
 
 
-def glu_forward_forms() -> list[dict]:
-    """The GLU forward's form chosen per shape key in this process (ops/glu.py), with the
-    median ms per launch of each form that the choosing call measured."""
+def forward_forms() -> dict:
+    """Per op, the forward's form chosen per shape key in this process (the GLU forward,
+    ops/glu.py, and linear_act's, ops/linear_act.py), with the median ms per launch of each
+    form that the choosing call measured; ops that chose nothing are left out."""
     from ..ops.glu import glu_forward_form
+    from ..ops.linear_act import linear_forward_form
 
-    fields = ("device", "dtype", "m_key", "out", "k", "activation", "bias", "store_h")
-    return [dict(zip(fields, (*key[:1], str(key[1]).replace("torch.", ""), *key[2:])),
-                 chosen=glu_forward_form.chosen[key], ms={name: round(ms, 4) for name, ms in times.items()})
-            for key, times in glu_forward_form.times.items()]
+    def row(chooser, key, times):
+        parts = (str(part).replace("torch.", "") if isinstance(part, torch.dtype) else part for part in key)
+        return dict(zip(chooser.fields, parts), chosen=chooser.chosen[key],
+                    ms={name: round(ms, 4) for name, ms in times.items()})
+
+    choosers = {"glu": glu_forward_form, "linear_act": linear_forward_form}
+    return {op: [row(chooser, key, times) for key, times in chooser.times.items()]
+            for op, chooser in choosers.items() if chooser.times}
 
 
 def write_json(path: Path, env: dict, rows: list[Measurement]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"environment": env, "results": [asdict(r) for r in rows]}
-    forms = glu_forward_forms()
+    forms = forward_forms()
     if forms:
-        payload["glu_forward_forms"] = forms
+        payload["forward_forms"] = forms
     path.write_text(json.dumps(payload, indent=1))
 
 
