@@ -180,11 +180,12 @@ def test_one_buffer_finds_gradients_that_lie_back_to_back():
     assert one_buffer([torch.randn(3), torch.randn(4)]) is None
     assert one_buffer([flat[:6].view(3, 2).t(), flat[6:]]) is None  # not contiguous
     assert one_buffer([flat[:6], flat.view(torch.int32)[6:]]) is None  # two dtypes
-    mlp = FusedMLP((13, 24, 8, 1), activation="relu")
-    mlp(torch.randn(20, 13)).sum().backward()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    mlp = FusedMLP((13, 24, 8, 1), activation="relu").to(device)
+    mlp(torch.randn(20, 13, device=device)).sum().backward()
     grads = [p.grad for p in mlp.parameters()]
     view = one_buffer(grads)
-    if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
+    if device == "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
         # the fused op's gradients: views of its one flat buffer
         assert view is not None and view.numel() == sum(g.numel() for g in grads)
         before = [g.clone() for g in grads]
