@@ -82,6 +82,46 @@ def test_json_records_the_forward_forms(tmp_path, monkeypatch):
                               "ms": {"tma": 0.92, "alternating": 0.91, "cooperative": 0.87}}]}
 
 
+def test_run_suite_rounds_alternate_the_order_and_report_medians(monkeypatch):
+    """With timing rounds, each shape's impls are timed in alternating order and each (impl,
+    mode) reports the median of its rounds; a failure is noted once and not retried; a mode
+    a prepared step lacks is left out. ``measure`` is replaced by a recorder (no GPU here)."""
+    calls = []
+    times = iter([3.0, 1.0, 2.0, 9.0, 5.0, 7.0, 4.0, 6.0, 8.0] * 4)
+
+    def fake_measure(forward, mode, inputs, g, steps=None):
+        impl = "gemm" if steps is not None else forward
+        calls.append((impl, mode))
+        if impl == "broken":
+            raise RuntimeError("no kernel\nsecond line")
+        return next(times), 1.5, {"first": True}
+
+    monkeypatch.setattr(harness, "measure", fake_measure)
+    gemm_steps = lambda inputs, g: {"fwd": None}  # noqa: E731  a floor with a forward only
+    with harness.timing_rounds(3):
+        rows = harness.run_suite("toy", [(4, 8)], ("d", "N"), torch.float32, ["fused", "broken", "gemm"],
+                                 ["fwd", "fwd+bwd"], lambda shape, dtype: ((), None), lambda impl: impl,
+                                 gemm_steps, {"fwd": 1, "fwd+bwd": 3}, lambda shape: 1e9)
+    assert harness.ROUNDS == 1  # restored
+    order = [impl for impl, _ in calls]
+    assert order == ["fused", "fused", "broken", "broken", "gemm",  # round 1
+                     "gemm", "fused", "fused",  # round 2, reversed; broken not retried
+                     "fused", "fused", "gemm"]  # round 3
+    by_key = {(r.impl, r.mode): r for r in rows}
+    assert set(by_key) == {("fused", "fwd"), ("fused", "fwd+bwd"), ("broken", "fwd"), ("broken", "fwd+bwd"),
+                           ("gemm", "fwd")}
+    fused_fwd = by_key["fused", "fwd"]
+    assert fused_fwd.extra["ms_rounds"] == [3.0, 5.0, 4.0] and fused_fwd.ms == 4.0
+    assert by_key["fused", "fwd+bwd"].extra["ms_rounds"] == [1.0, 7.0, 6.0] and by_key["fused", "fwd+bwd"].ms == 6.0
+    assert by_key["gemm", "fwd"].ms == 8.0 and by_key["gemm", "fwd"].extra["ms_rounds"] == [2.0, 9.0, 8.0]
+    assert fused_fwd.peak_mib == 1.5 and fused_fwd.extra["first"] is True
+    assert fused_fwd.tflops == pytest.approx(1e9 / (4.0e-3) / 1e12)
+    assert by_key["broken", "fwd"].note == "failed: RuntimeError: no kernel" and by_key["broken", "fwd"].ms is None
+    with pytest.raises(ValueError, match="rounds must be >= 1"):
+        with harness.timing_rounds(0):
+            pass
+
+
 def test_bench_without_gpu_reports_errors(capsys):
     if torch.cuda.is_available():
         pytest.skip("the no-GPU path")
@@ -117,6 +157,10 @@ def test_cli_rejects_bad_arguments(capsys):
     assert "--activation applies to the linear_act suite, not geglu" in capsys.readouterr().err
     assert cli.main(["bench", "linear_act", "--activation", "swish"]) == 2
     assert "activation must be one of" in capsys.readouterr().err
+    assert cli.main(["bench", "swiglu", "--rounds", "0"]) == 2
+    assert "--rounds takes a count >= 1, got 0" in capsys.readouterr().err
+    assert cli.main(["bench", "dlrm", "--rounds", "3"]) == 2
+    assert "--rounds applies to every suite but dlrm" in capsys.readouterr().err
 
 
 def test_linear_act_suite_takes_the_activation(monkeypatch):

@@ -76,6 +76,12 @@ def cmd_bench(args) -> int:
         except ValueError as exc:
             print(exc, file=sys.stderr)
             return 2
+    if args.rounds < 1:
+        print(f"--rounds takes a count >= 1, got {args.rounds}", file=sys.stderr)
+        return 2
+    if args.rounds > 1 and args.suite == "dlrm":
+        print("--rounds applies to every suite but dlrm, which times its steps its own way", file=sys.stderr)
+        return 2
     dtype = getattr(torch, DTYPES[args.dtype])
     env = harness.environment()
     if not has_gpu:
@@ -113,6 +119,8 @@ def cmd_bench(args) -> int:
             print(f"{args.suite} shapes are {'x'.join(fields).upper()} with positive sizes; got {bad}",
                   file=sys.stderr)
             return 2
+    if args.rounds > 1:
+        env["rounds"] = args.rounds
     env["backward_thread"] = args.backward_thread
     stem = f"{args.suite}_{args.dtype}_{env['device'].replace(' ', '_')}"
     if args.activation is not None:
@@ -127,7 +135,7 @@ def cmd_bench(args) -> int:
         harness.write_csv(json_path.with_suffix(".csv"), env, rows_so_far)
 
     # thread-local: every impl's backward in this run takes the same thread
-    with torch.autograd.set_multithreading_enabled(args.backward_thread == "device"):
+    with torch.autograd.set_multithreading_enabled(args.backward_thread == "device"), harness.timing_rounds(args.rounds):
         rows = suite.run_gpu(shapes, dtype, impls, modes, on_shape_done=save)
     headers, table = suite.summary_table(rows)
     failed = [f"{r.impl} {r.mode} {r.shape}: {r.note}" for r in rows if r.note]
@@ -276,7 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--impls", default=None,
                        help="comma-separated subset of the suite's implementations (default: all available). "
                             "geglu: fused,fused_store,eager,compile,compile_max,liger,gemm; linear_act: "
-                            "fused,fused_preact,eager,compile,compile_max,gemm,fused_graph,eager_graph,compile_graph; "
+                            "fused,fused_preact,eager,compile,compile_max,gemm,fused_graph,fused_preact_graph,eager_graph,"
+                            "compile_graph; "
                             "swiglu: fused,fused_recompute,eager,compile,compile_max,liger,gemm,fused_graph,eager_graph,"
                             "compile_graph (liger when liger_kernel is installed); lora: fused,fused_in_loop,eager,compile,"
                             "compile_max,gemm,fused_graph,eager_graph,compile_graph (*_graph: the step replayed from a "
@@ -294,6 +303,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="where every impl's backward runs: autograd's per-device worker thread (default, "
                             "PyTorch's default) or the calling thread (torch.autograd.set_multithreading_enabled"
                             "(False), what `fusedmlp dlrm train` does); host-bound steps differ, GPU work does not")
+    bench.add_argument("--rounds", type=int, default=1,
+                       help="time each shape's impls N times, every other round in reverse order, and report "
+                            "each one's median (default 1: once, in the order of --impls); at large shapes a "
+                            "GPU's clock drifts over a run, favouring the impls timed first (not dlrm)")
     bench.add_argument("--out", default="bench-out", help="output folder (default: ./bench-out)")
     bench.set_defaults(func=cmd_bench)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib
 import datetime
@@ -269,6 +270,12 @@ def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make
     are timed as prepared steps (e.g. CUDA-graph replays) to ``fn(inputs, g) -> {mode: callable}``;
     an impl ``X_graph`` without one is ``make_forward(X)`` captured by ``graph_steps`` (fwd and
     fwd+bwd; its peak memory is the graph's pool, allocated at capture, so it reads as 0).
+
+    ``ROUNDS`` (``timing_rounds``) > 1 times each shape's impls that many times, every other
+    round in reverse order, and reports each (impl, mode)'s median over the rounds (the times
+    of every round in ``extra["ms_rounds"]``; peak memory from the first): with one round the
+    impls timed first at a large shape run on a cooler GPU than the GEMM floor timed last
+    (benchmarks/NOTES.md, "Timing order").
     """
     custom_steps = dict(custom_steps or {})
     if gemm_steps is not None:
@@ -278,36 +285,71 @@ def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make
             custom_steps[impl] = (lambda inputs, g, base=impl[:-len(GRAPHED)]:
                                   graph_steps(make_forward(base), inputs, g))
     rows = []
-    bar = progress(len(shapes) * len(impls) * len(modes), f"bench {name}")
+    rounds = ROUNDS
+    bar = progress(len(shapes) * len(impls) * len(modes) * rounds, f"bench {name}")
     for shape in shapes:
         torch._dynamo.reset()  # each shape compiles afresh; no recompile limit in the way
         inputs, g = make_inputs(shape, dtype)
         forwards = {impl: (None if impl in custom_steps else make_forward(impl)) for impl in impls}
         shape_dict = dict(zip(shape_fields, shape))
-        for impl in impls:
-            steps = None
-            for mode in modes:
-                bar.set_postfix_str(f"{shape_dict} {impl} {mode}")
-                row = Measurement(name, shape_dict, str(dtype).replace("torch.", ""), impl, mode)
-                try:
-                    if impl in custom_steps and steps is None:  # prepared once per shape (graphs: captured)
-                        steps = custom_steps[impl](inputs, g)
-                    if steps is not None and mode not in steps:  # e.g. a graphed backward alone
+        shape_rows = {}  # (impl, mode) -> Measurement, in the first round's order
+        for round_ in range(rounds):
+            for impl in impls if round_ % 2 == 0 else impls[::-1]:
+                steps = None
+                for mode in modes:
+                    bar.set_postfix_str(f"{shape_dict} {impl} {mode}" + (f" round {round_ + 1}" if rounds > 1 else ""))
+                    row = shape_rows.get((impl, mode))
+                    if row is not None and row.note:  # failed in an earlier round: not again
                         bar.update()
                         continue
-                    row.ms, row.peak_mib, row.extra = measure(forwards[impl], mode, inputs, g, steps)
-                    row.tflops = gemms_per_mode[mode] * gemm_flops(shape) / (row.ms * 1e-3) / 1e12
-                except Exception as exc:  # a peer failing must not lose the other figures
-                    row.note = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                rows.append(row)
-                torch.cuda.empty_cache()
-                bar.update()
-            del steps
+                    try:
+                        if impl in custom_steps and steps is None:  # prepared once per round (graphs: captured)
+                            steps = custom_steps[impl](inputs, g)
+                        if steps is not None and mode not in steps:  # e.g. a graphed backward alone
+                            bar.update()
+                            continue
+                        ms, peak_mib, extra = measure(forwards[impl], mode, inputs, g, steps)
+                        if row is None:
+                            row = shape_rows[impl, mode] = Measurement(
+                                name, shape_dict, str(dtype).replace("torch.", ""), impl, mode,
+                                peak_mib=peak_mib, extra=extra)
+                        row.extra.setdefault("ms_rounds", []).append(ms)
+                    except Exception as exc:  # a peer failing must not lose the other figures
+                        row = shape_rows.setdefault(
+                            (impl, mode), Measurement(name, shape_dict, str(dtype).replace("torch.", ""), impl, mode))
+                        row.note = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                    torch.cuda.empty_cache()
+                    bar.update()
+                del steps
+        for row in shape_rows.values():
+            times = row.extra.pop("ms_rounds", [])
+            if times:
+                row.ms = statistics.median(times)
+                row.tflops = gemms_per_mode[row.mode] * gemm_flops(shape) / (row.ms * 1e-3) / 1e12
+                if rounds > 1:
+                    row.extra["ms_rounds"] = times
+        rows.extend(shape_rows.values())
         del inputs, g, forwards
         if on_shape_done is not None:
             on_shape_done(rows)
     bar.close()
     return rows
+
+
+ROUNDS = 1  # timing rounds per shape in run_suite (`fusedmlp bench --rounds`)
+
+
+@contextlib.contextmanager
+def timing_rounds(count: int):
+    """``run_suite`` times each shape's impls in ``count`` rounds inside the block."""
+    global ROUNDS
+    if count < 1:
+        raise ValueError(f"rounds must be >= 1, got {count}")
+    before, ROUNDS = ROUNDS, count
+    try:
+        yield
+    finally:
+        ROUNDS = before
 
 
 def summary_table(rows: list[Measurement], impl_order, peers):

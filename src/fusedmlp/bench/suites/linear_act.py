@@ -11,6 +11,7 @@ Shapes are (tokens, in, out). Implementations, side by side in one run on one de
                    dpre.T @ x; fwd+bwd: all three): the floor
     fused_graph    fused captured in a CUDA graph and replayed (fwd and fwd+bwd;
                    harness.graph_steps): the kernels' time, no launch or Python time
+    fused_preact_graph  fused_preact captured the same way
     eager_graph    eager captured the same way
     compile_graph  compile captured the same way: fused_graph's peer where plain
                    calls are bound by host time
@@ -38,7 +39,7 @@ SHAPE_PRESETS = {
 }
 DEFAULT_SHAPES = SHAPE_PRESETS["default"]
 IMPLS = ("fused", "fused_preact", "eager", "compile", "compile_max", "gemm",
-         "fused_graph", "eager_graph", "compile_graph")
+         "fused_graph", "fused_preact_graph", "eager_graph", "compile_graph")
 PEERS = ("eager", "compile", "compile_max", "eager_graph", "compile_graph")
 MODES = ("fwd", "bwd", "fwd+bwd")
 
