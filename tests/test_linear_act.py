@@ -183,6 +183,44 @@ def test_cooperative_kernel_compiles_for_hopper():
                                 ["gelu_tanh", "gelu", "relu"], max_stack=16)
 
 
+def test_dpre_recompute_kernel_compiles_for_hopper():
+    """The backward's dpre with pre recomputed on the tile (a ping-pong kernel, save_preact=False
+    with gelu_tanh, gelu or silu) compiles for sm_90a within the shared memory, with and without
+    bias and db: at 64 columns (K <= 512) with at most 16 bytes of stack (0 measured), at 128
+    with at most 640 (up to 584 measured, with gelu; configs.py)."""
+    for config, max_stack in (("LINEAR_DPRE_RECOMPUTE_NARROW_CONFIG", 16), ("LINEAR_DPRE_RECOMPUTE_CONFIG", 640)):
+        for activations in (["gelu_tanh", "silu"], ["silu", "gelu"]):  # db sums alternate: each with and without
+            compile_pingpong_for_hopper("linear_act", "linear_act_dpre_recompute_pingpong_kernel", config,
+                                        activations, max_stack=max_stack)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("activation", ["gelu_tanh", "gelu", "silu"])
+def test_dpre_recompute_pingpong_on_gpu(monkeypatch, dtype, activation):
+    """save_preact=False with an activation whose derivative needs pre, on compute capability
+    9.0: the backward's dpre comes from the ping-pong kernel that recomputes pre on the tile
+    (never written), and every gradient matches float64: with and without bias, a bias that
+    needs no gradient (added, no db), partial row and column tiles, a K not a multiple of the
+    block, and on 3 SMs several tiles per program (odd and even counts per consumer); at both
+    tile widths (K = 200 takes the 64 columns, K = 600 the 128)."""
+    import fusedmlp.ops.linear_act as ops
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the ping-pong kernels are for compute capability 9.0")
+    monkeypatch.setattr(ops, "num_sms", lambda t: 3)
+    fused = []
+    real = ops.recompute_dpre
+    monkeypatch.setattr(ops, "recompute_dpre", lambda *args: fused.append(real(*args)) or fused[-1])
+    for shape, k, bias, grads in [((1000,), 200, True, (True, True, True)), ((3, 333), 200, False, (True, True, True)),
+                                  ((129,), 200, True, (True, True, False)), ((257,), 200, True, (False, True, True)),
+                                  ((1000,), 600, True, (True, True, True)), ((129,), 600, False, (True, True, True))]:
+        fused.clear()
+        tensors, g = make_inputs(shape, k, 392, "cuda", bias, grads)
+        run_check(tensors, g, dtype, activation, False, f"dpre recompute {shape} K={k} bias={bias} grads={grads}")
+        assert fused and all(result is not None for result in fused), "the backward did not take the kernel"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("activation", ["gelu_tanh", "relu", "identity"])

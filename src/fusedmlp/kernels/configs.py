@@ -236,6 +236,20 @@ LINEAR_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "STAGES
 # (benchmarks/NOTES.md, "The linear and LoRA ping-pong forwards, cooperative"); ops/linear_act.py
 # times the forms per shape, the alternating one the rule where nothing is timed.
 LINEAR_COOPERATIVE_CONFIG = dict(LINEAR_PINGPONG_CONFIG, STAGES=3, COOPERATIVE=True)
+# The backward's dpre with pre recomputed on the tile (save_preact=False with gelu, gelu_tanh or
+# silu): one output buffer per consumer, into which g is read and over which dpre is written.
+# The forward's 128 x 128 tiles (4 stages of 32 KiB + 2 x 32 KiB), except for K <= 512 (the
+# main loop short, the epilogue's traffic the bound) 128 x 64 (6 stages of 24 KiB + 2 x 16 KiB).
+# H100, bf16, gelu_tanh with bias, 16384 rows, against the recompute forward + dpre stream it
+# replaces: 512 -> 1792 0.106 (64 columns) / 0.123 (128) / 0.144 ms; 1024 -> 4096 0.399 /
+# 0.297 / 0.363; 4096 -> 14336 5.64 / 3.06 / 3.29 (benchmarks/NOTES.md, "linear_act's recompute
+# dpre on the tile"). At 128 columns act' and the db sums beside the accumulator leave ptxas
+# 64-184 bytes of stack with a bias (silu, gelu_tanh, gelu); at 64, none. BLOCK_M is the row
+# block of the db partials.
+LINEAR_DPRE_RECOMPUTE_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "STAGES": 4, "GROUP_M": 8,
+                                "CONSUMER_REGS": 232, "LOADER_REGS": 40, "num_warps": 4, "maxnreg": 168}
+LINEAR_DPRE_RECOMPUTE_NARROW_CONFIG = dict(LINEAR_DPRE_RECOMPUTE_CONFIG, BLOCK_N=64, STAGES=6)
+LINEAR_DPRE_RECOMPUTE_NARROW_MAX_K = 512
 # The GLU forward's consumers run one 128 x 128 MMA per stage over x [128, 64] and the two
 # weight tiles [64, 64] side by side (BLOCK_N is per weight; the accumulator's column halves
 # are x1 and x2), 5 stages. On an H200 it beat 4 stages and 64 x 128 tiles per weight (one

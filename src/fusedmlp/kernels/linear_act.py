@@ -11,7 +11,12 @@ Backward, with g = dL/dy:
 
     dpre = g * act'(pre)      dx = dpre @ W  [M, K]      dW = dpre.T @ x      db = dpre.sum(0)
 
-Two designs, both here:
+With ``save_preact=False`` and an activation whose derivative needs pre, pre is recomputed:
+on Hopper by ``linear_act_dpre_recompute_pingpong_kernel``, the forward's main loop with an
+epilogue that reads g and writes dpre (and the db partials), so pre never goes to memory;
+elsewhere by the forward kernel, then the stream below.
+
+Two designs for dx, both here:
 
 - ``linear_act_dpre_kernel`` (the default): one streaming pass over g and the saved
   activation (``pre``, or the output ``y`` for activations whose derivative is a function of
@@ -41,7 +46,7 @@ from triton.experimental.gluon import language as gl
 
 from .activations import activation, activation_grad
 from .gemm import grouped_tile, persistent_tile, stream_row_block, tile_indices, xwT_mainloop, xwT_mainloop_tma
-from .pingpong import pingpong_consumer, pingpong_loader, pingpong_setup
+from .pingpong import consumer_barriers, pingpong_consumer, pingpong_dpre_consumer, pingpong_loader, pingpong_setup
 
 
 @triton.jit
@@ -120,6 +125,33 @@ def linear_act_fwd_pingpong_kernel(
         (pingpong_consumer, (w_desc, b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, c_bufs,
                              ready, empty, turn, M, N, K, 1, ACT, HAS_BIAS, STORE_PRE, False, GROUP_M, STAGES,
                              COOPERATIVE, 0)),
+        (pingpong_loader, (x_desc, w_desc, w_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, STAGES,
+                           False, False, x_desc, w_desc, 0)),
+    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+
+
+@gluon.jit
+def linear_act_dpre_recompute_pingpong_kernel(
+    x_desc, w_desc, b_ptr, g_desc, dpre_desc, db_partial_ptr,
+    M, N, K,
+    ACT: gl.constexpr, HAS_BIAS: gl.constexpr, STORE_DB: gl.constexpr,
+    GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: LINEAR_DPRE_RECOMPUTE_CONFIG
+):
+    """The backward's dpre = g * act'(x @ W.T + b) when only x was saved (``save_preact=False``
+    with an activation whose derivative needs pre), as a ping-pong kernel (pingpong.py): the
+    forward's main loop recomputes pre on the tile, g ``[M, N]`` is read into the consumer's
+    buffer before it and dpre written over it, so the epilogue's traffic (g in, dpre out)
+    overlaps the other consumer's main loop. Replaces the recompute forward (which wrote pre)
+    and ``linear_act_dpre_kernel`` (which read it back). db partials as that kernel's, over
+    row blocks of the config's BLOCK_M. 16-bit data."""
+    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w_desc, dpre_desc, STAGES, False, 1, False)
+    g_ready = consumer_barriers()
+    gl.warp_specialize([
+        (pingpong_dpre_consumer, (w_desc, b_ptr, g_desc, dpre_desc, db_partial_ptr, a_bufs, b_bufs, c_bufs,
+                                  ready, empty, turn, g_ready, M, N, K, 0, ACT, HAS_BIAS, STORE_DB, GROUP_M, STAGES)),
+        (pingpong_dpre_consumer, (w_desc, b_ptr, g_desc, dpre_desc, db_partial_ptr, a_bufs, b_bufs, c_bufs,
+                                  ready, empty, turn, g_ready, M, N, K, 1, ACT, HAS_BIAS, STORE_DB, GROUP_M, STAGES)),
         (pingpong_loader, (x_desc, w_desc, w_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, STAGES,
                            False, False, x_desc, w_desc, 0)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])

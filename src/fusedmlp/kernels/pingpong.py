@@ -47,7 +47,9 @@ Consumers: ``pingpong_consumer`` serves the fused forwards, ``linear_act_fwd_pin
 LoRA's ``xs @ B.T`` as the loader's tail K steps) and ``glu_fwd_pingpong_kernel`` (glu.py:
 y = x1 * act(x2)); ``pingpong_glu_dh_consumer`` the GLU backward's dh, with h recomputed on
 the tile (``glu_bwd_dh_recompute_pingpong_kernel``, only x saved) or with h kept and
-g = gy @ Wd formed on the tile (``glu_bwd_dh_pingpong_kernel``, SwiGLU).
+g = gy @ Wd formed on the tile (``glu_bwd_dh_pingpong_kernel``, SwiGLU);
+``pingpong_dpre_consumer`` the linear layer's backward dpre with the pre-activation recomputed
+on the tile (``linear_act_dpre_recompute_pingpong_kernel``, only x saved).
 Only for CUDA GPUs of compute capability 9.0 and 16-bit inputs (ops/_common.py
 ``pingpong_eligible``); the interpreter and other GPUs keep the Triton kernels.
 """
@@ -62,7 +64,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .activations import activation, activation_value_and_grad
+from .activations import activation, activation_grad, activation_value_and_grad
 from .gemm import grouped_tile
 
 # Triton 3.6 names the TMA copies async_copy_global_to_shared / async_copy_shared_to_global;
@@ -364,6 +366,53 @@ def pingpong_glu_dh_consumer(
             partial_ptrs = db_partial_ptr + (row_start // BLOCK_M).to(gl.int64) * (2 * N) + cols
             gl.store(partial_ptrs, gl.sum(dh1, axis=0), mask=cols < N)
             gl.store(partial_ptrs + N, gl.sum(dh2, axis=0), mask=cols < N)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def pingpong_dpre_consumer(
+    w_desc, b_ptr, g_desc, dpre_desc, db_partial_ptr, a_bufs, b_bufs, c_bufs, ready, empty, turn, g_ready,
+    M, N, K,
+    CONSUMER: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, STORE_DB: gl.constexpr,
+    GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+):
+    """Consumer warpgroup ``CONSUMER`` of a linear layer's backward dpre with only x saved:
+    for every second tile, with g = dL/dy,
+
+        pre = x @ W.T + b (the forward's main loop),   dpre = g * act'(pre)
+
+    and, if STORE_DB, the tile's column sums of dpre (fp32, before rounding) into row
+    ``row_start // BLOCK_M`` of ``db_partial`` ([row blocks, N]). The g tile is copied (TMA)
+    into this consumer's buffer before its main loop, which hides its latency; after it each
+    thread reads its elements of g and writes dpre over them (the same elements: no thread
+    waits for another), and dpre goes out by TMA. pre never leaves the registers: the
+    recompute costs the GEMM, not a round trip of pre through memory and a second kernel.
+    """
+    BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
+    BLOCK_K: gl.constexpr = a_bufs.type.shape[2]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    acc_layout: gl.constexpr = accumulator_layout(BLOCK_N)
+    buf = c_bufs.index(CONSUMER)
+    bar = g_ready.index(CONSUMER)
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    for i in range(CONSUMER, program_tiles(M, N, BLOCK_M, BLOCK_N), 2):
+        row_start, col_start = tile_start(i, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        tma.store_wait(0)  # the previous tile's dpre has left the buffer
+        mbarrier.expect(bar, g_desc.block_type.nbytes)
+        _tma_load(g_desc, [row_start, col_start], bar, buf)
+        pre = pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, False, acc_layout,
+                                False)
+        if HAS_BIAS:  # loaded after the main loop, as in the GLU's recompute dh (fewer spills)
+            pre = pre + tile_bias(b_ptr, col_start, N, BLOCK_N, acc_layout)
+        mbarrier.wait(bar, (i // 2) & 1)
+        dpre = buf.load(acc_layout).to(gl.float32) * activation_grad(pre, ACT, False)
+        buf.store(dpre.to(dpre_desc.dtype))
+        fence_async_shared()
+        _tma_store(dpre_desc, [row_start, col_start], buf)
+        if STORE_DB:  # rows past M read g = 0: they add nothing
+            cols = col_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
+            gl.store(db_partial_ptr + (row_start // BLOCK_M).to(gl.int64) * N + cols, gl.sum(dpre, axis=0),
+                     mask=cols < N)
     tma.store_wait(0)
 
 

@@ -21,7 +21,10 @@ What the backward keeps (the ``save_preact`` switch):
   (identity, relu, squared_relu, sigmoid): the output y, which the next layer usually
   keeps anyway as its input, so the fused layer adds no activation memory of its own.
 - ``save_preact=False``, the others (gelu, gelu_tanh, silu): nothing but x; the backward
-  recomputes pre with the forward kernel (one more GEMM), chunk by chunk.
+  recomputes pre (one more GEMM), chunk by chunk: on compute capability 9.0 with 16-bit data
+  (eager) in ``linear_act_dpre_recompute_pingpong_kernel``, whose epilogue forms dpre from g
+  and the recomputed tile (pre never written, no dpre stream; ``recompute_dpre``), elsewhere
+  with the forward kernel followed by the stream.
 The backward walks the rows in up to 4 chunks when its ``[rows, out]`` transients (dpre, a
 recomputed pre) would exceed 256 MiB, so that they exist one chunk at a time.
 
@@ -46,6 +49,9 @@ from ..kernels.configs import (
     LINEAR_DGRAD_TMA_CONFIGS,
     LINEAR_DPRE_CONFIGS,
     LINEAR_DPRE_IN_PLACE_CONFIGS,
+    LINEAR_DPRE_RECOMPUTE_CONFIG,
+    LINEAR_DPRE_RECOMPUTE_NARROW_CONFIG,
+    LINEAR_DPRE_RECOMPUTE_NARROW_MAX_K,
     LINEAR_COOPERATIVE_CONFIG,
     LINEAR_IEEE_CONFIGS,
     LINEAR_PINGPONG_CONFIG,
@@ -56,6 +62,7 @@ from ..kernels.linear_act import (
     linear_act_dgrad_kernel,
     linear_act_dgrad_tma_kernel,
     linear_act_dpre_kernel,
+    linear_act_dpre_recompute_pingpong_kernel,
     linear_act_fwd_kernel,
     linear_act_fwd_pingpong_kernel,
     linear_act_fwd_tma_kernel,
@@ -72,6 +79,7 @@ from ._common import (
     num_sms,
     persistent_grid,
     pingpong_device,
+    pingpong_eligible,
     reuse_saved_once,
     tma_eligible,
     use_triton,
@@ -224,6 +232,34 @@ def _launch_fused_dgrad(g, a, weight, dpre_ptr, db_ptr, common):
     return dx
 
 
+def dpre_recompute_config(k: int) -> dict:
+    """The tiles of ``linear_act_dpre_recompute_pingpong_kernel`` for a reduction of length k
+    (configs.py: 64 columns where the epilogue is the bound, 128 where the main loop is)."""
+    return LINEAR_DPRE_RECOMPUTE_NARROW_CONFIG if k <= LINEAR_DPRE_RECOMPUTE_NARROW_MAX_K else LINEAR_DPRE_RECOMPUTE_CONFIG
+
+
+def recompute_dpre(x, weight, bias, g, act, has_bias):
+    """(dpre, db) with pre recomputed on the tile (``linear_act_dpre_recompute_pingpong_kernel``):
+    dpre = g * act'(x @ weight.T + bias) in g's dtype, db its column sums in fp32 if has_bias;
+    None where that kernel does not apply (not a 16-bit tensor on compute capability 9.0 with
+    TMA layouts, or empty), and the caller recomputes pre with the forward instead."""
+    m, n = g.shape
+    if m == 0 or n == 0 or x.shape[1] == 0 or not pingpong_eligible(x, weight, g):
+        return None
+    config = dpre_recompute_config(x.shape[1])
+    dpre = torch.empty((m, n), dtype=g.dtype, device=g.device)
+    db_partial = torch.empty((triton.cdiv(m, config["BLOCK_M"]), n) if has_bias else (0,), dtype=torch.float32,
+                             device=g.device)
+    launch_pingpong(
+        linear_act_dpre_recompute_pingpong_kernel, config, m, n, num_sms(g), {"x_desc": x}, {"w_desc": weight},
+        {"g_desc": g, "dpre_desc": dpre}, b_ptr=bias if bias is not None else g,
+        db_partial_ptr=db_partial if has_bias else g, M=m, N=n, K=x.shape[1], ACT=act, HAS_BIAS=bias is not None,
+        STORE_DB=has_bias,
+    )
+    # Fixed-order reduction of the per-row-block partials: same bits on every run.
+    return dpre, (db_partial.sum(dim=0) if has_bias else None)
+
+
 # --------------------------------------------------------------------------------------
 # Implementations shared by both autograd paths (Triton or the reference)
 # --------------------------------------------------------------------------------------
@@ -299,6 +335,9 @@ def backward_formula(grad_y, x, weight, bias, saved, act, mode, needs, traced, r
         return None, None, None
     backward = torch.ops.fusedmlp.linear_act_backward if traced else _backward_impl
     forward = torch.ops.fusedmlp.linear_act if traced else linear_act_forward_impl
+    # pre recomputed on the tile, never written (eager, default recompute, dpre for cuBLAS)
+    tile_recompute = (mode == "recompute" and recompute_pre is None and dgrad_weight is None and extra_terms is None
+                      and not traced and use_triton(x))
     if recompute_pre is None:
         recompute_pre = lambda rows: forward(x[rows], weight, bias, "identity", False)[0]  # noqa: E731
     if dgrad_weight is None:
@@ -319,6 +358,9 @@ def backward_formula(grad_y, x, weight, bias, saved, act, mode, needs, traced, r
         if streamless:
             dpre = grad_y[rows]
             db_rows = dpre.sum(0, dtype=acc_dtypes(dpre.dtype)[1]) if has_bias else None
+        elif tile_recompute and not fused_dx and (
+                fused := recompute_dpre(x[rows], weight, bias, grad_y[rows], act, has_bias)) is not None:
+            dpre, db_rows = fused
         else:
             if mode == "recompute":
                 a = recompute_pre(rows)  # pre, one chunk at a time
