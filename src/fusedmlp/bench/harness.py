@@ -292,6 +292,7 @@ def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make
         inputs, g = make_inputs(shape, dtype)
         forwards = {impl: (None if impl in custom_steps else make_forward(impl)) for impl in impls}
         shape_dict = dict(zip(shape_fields, shape))
+        dtype_name = str(dtype).replace("torch.", "")
         shape_rows = {}  # (impl, mode) -> Measurement, in the first round's order
         for round_ in range(rounds):
             for impl in impls if round_ % 2 == 0 else impls[::-1]:
@@ -309,14 +310,12 @@ def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make
                             bar.update()
                             continue
                         ms, peak_mib, extra = measure(forwards[impl], mode, inputs, g, steps)
-                        if row is None:
-                            row = shape_rows[impl, mode] = Measurement(
-                                name, shape_dict, str(dtype).replace("torch.", ""), impl, mode,
-                                peak_mib=peak_mib, extra=extra)
+                        if row is None:  # peak memory and extras from the first round
+                            row = shape_rows[impl, mode] = Measurement(name, shape_dict, dtype_name, impl, mode,
+                                                                       peak_mib=peak_mib, extra=extra)
                         row.extra.setdefault("ms_rounds", []).append(ms)
                     except Exception as exc:  # a peer failing must not lose the other figures
-                        row = shape_rows.setdefault(
-                            (impl, mode), Measurement(name, shape_dict, str(dtype).replace("torch.", ""), impl, mode))
+                        row = shape_rows.setdefault((impl, mode), Measurement(name, shape_dict, dtype_name, impl, mode))
                         row.note = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                     torch.cuda.empty_cache()
                     bar.update()
