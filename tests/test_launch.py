@@ -29,6 +29,18 @@ def test_key_tells_apart_what_triton_specialises_on():
     assert _value_key((aligned, 7)) == (_value_key(aligned), _value_key(7))
 
 
+def test_host_integer_helpers_match_triton():
+    """The ops' grids and row blocks use plain-Python cdiv and next_power_of_2 (ops/_common.py
+    says why): the same integers as Triton's."""
+    from fusedmlp.ops._common import cdiv, next_power_of_2
+
+    for a in (0, 1, 2, 15, 16, 17, 1000, 2**31 + 5, 2**40 + 1):
+        for b in (1, 2, 16, 128, 1024, 3):
+            assert cdiv(a, b) == triton.cdiv(a, b), (a, b)
+        if a:
+            assert next_power_of_2(a) == triton.next_power_of_2(a), a
+
+
 def test_cache_is_off_under_the_interpreter():
     if torch.cuda.is_available():
         pytest.skip("CPU-only check")

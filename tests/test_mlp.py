@@ -409,6 +409,10 @@ def test_too_wide_stacks_run_layer_by_layer(device, monkeypatch):
         ("activation", ValueError, "activation must be one of"),
         ("recompute", TypeError, "recompute must be a bool"),
         ("rank", ValueError, r"weights\[0\] must be 2-D"),
+        ("no_outputs", ValueError, r"weights\[1\] has no output features"),
+        ("not_tensor", TypeError, r"weights\[1\] must be a torch.Tensor, got list"),
+        ("bias_rank", ValueError, r"biases\[0\] must be 1-D"),
+        ("bias_dtype", TypeError, r"biases\[1\] has dtype torch.float16"),
     ],
 )
 def test_bad_inputs(device, case, exc, match):
@@ -436,6 +440,14 @@ def test_bad_inputs(device, case, exc, match):
         kwargs["recompute"] = 1
     elif case == "rank":
         weights[0] = weights[0][None]
+    elif case == "no_outputs":
+        weights[1] = torch.randn(0, 9, device=device)
+    elif case == "not_tensor":
+        weights[1] = weights[1].tolist()
+    elif case == "bias_rank":
+        biases[0] = biases[0][:, None]
+    elif case == "bias_dtype":
+        biases[1] = biases[1].half()
     with pytest.raises(exc, match=match):
         fusedmlp.mlp(x, weights, biases, **kwargs)
 

@@ -111,7 +111,7 @@ def _value_key(value):
     if isinstance(value, float):
         return ("f",)  # a runtime float is an fp32 argument, never specialised
     if isinstance(value, tuple):
-        return tuple(_value_key(v) for v in value)
+        return tuple(map(_value_key, value))
     if TensorDescriptor and isinstance(value, TensorDescriptor):
         return ("desc", value.base.dtype, value.base.data_ptr() % 16 == 0, len(value.shape))
     return value  # strings, dtypes, None: by value (finer than Triton: only costs a miss)
@@ -199,9 +199,11 @@ class FastLaunch:
         self.constexpr = {p.name for p in kernel.params if p.is_constexpr}
         self.runtime = set(self.arg_names) - self.constexpr
         self.defaults = {p.name: p.default for p in kernel.params if p.default is not inspect.Parameter.empty}
+        # pointer kernels have nothing to wrap: a cached launch skips the scan for descriptors
+        self.takes_descriptors = any(name.endswith(DESCRIPTOR_SUFFIX) for name in self.arg_names)
 
-    def _key(self, args, kwargs, by_value):
-        parts = [torch.cuda.current_device()]
+    def _key(self, args, kwargs, by_value, device):
+        parts = [device]
         constexpr, names, runtime = self.constexpr, self.arg_names, self.runtime
         for i, value in enumerate(args):
             parts.append(value if names[i] in constexpr else _value_key(value))
@@ -214,8 +216,9 @@ class FastLaunch:
     def call(self, run, grid, args, kwargs, by_value=()):
         if not FAST_LAUNCH or not self.supported or _hooks_installed():
             return run()
+        device = torch.cuda.current_device()
         try:
-            key = self._key(args, kwargs, by_value)
+            key = self._key(args, kwargs, by_value, device)
             hash(key)
         except TypeError:  # an unhashable argument: Triton's path
             return run()
@@ -229,7 +232,7 @@ class FastLaunch:
         direct = direct if DIRECT_DESCRIPTORS else None
         self.hits += 1
         merged = {**kwargs, **meta}
-        if direct is None:
+        if direct is None and self.takes_descriptors:
             merged = as_descriptors(merged)
         if self.pre_hook is not None and not (direct is not None and self.pre_hook_sets_descriptor_blocks):
             self.pre_hook(merged)
@@ -237,7 +240,6 @@ class FastLaunch:
         for name in self.arg_names[len(args):]:
             bound.append(merged[name] if name in merged else self.defaults[name])
         grid = grid(merged) if callable(grid) else grid
-        device = torch.cuda.current_device()
         stream = torch._C._cuda_getCurrentRawStream(device)
         if direct is not None:
             direct(grid, stream, bound)

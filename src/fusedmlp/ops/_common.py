@@ -8,7 +8,6 @@ import math
 import os
 
 import torch
-import triton
 import triton.language as tl
 
 from ..kernels import configs as _configs
@@ -97,9 +96,21 @@ def dot_meta(dtype: torch.dtype) -> dict:
     return {"ACC_DTYPE": acc_dtypes(dtype)[0], "DOT_PRECISION": dot_precision(dtype), "UPCAST": upcast_dots(dtype)}
 
 
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of host integers (grids, row blocks). Not ``triton.cdiv``: recent
+    Tritons make that a constexpr function, whose call costs about 2 us of host time (it
+    unwraps its arguments), and a backward computes a dozen of these."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n (n >= 1; 1 for 0), in plain Python as ``cdiv``."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
 def autotune_m_key(m: int) -> int:
     """M rounded up to a power of two: the autotune key, so a new batch size does not re-tune."""
-    return 1 << max(m - 1, 0).bit_length()
+    return next_power_of_2(m)
 
 
 @functools.lru_cache(maxsize=None)
@@ -191,7 +202,7 @@ def launch_pingpong(kernel, config: dict, m: int, n: int, sms: int, x_descs: dic
     kn_descs = kn_descs or {}
     blocks = {**dict.fromkeys(x_descs, (tile_m, block_k)), **dict.fromkeys(w_descs, (block_n, block_k)),
               **dict.fromkeys(out_descs, (block_m, block_n)), **dict.fromkeys(kn_descs, (block_k, block_n))}
-    grid = (min(sms, triton.cdiv(m, tile_m) * triton.cdiv(n, block_n)),)
+    grid = (min(sms, cdiv(m, tile_m) * cdiv(n, block_n)),)
     launch(kernel, grid, **x_descs, **w_descs, **out_descs, **kn_descs, **kwargs, **meta, descriptor_blocks=blocks)
 
 
@@ -310,7 +321,7 @@ def persistent_grid(sms: int, m: int, n: int, block_m: str = "BLOCK_M", block_n:
     """Grid of a persistent kernel over an [m, n] output: ``PROGRAMS_PER_SM`` (a config's) programs
     per SM, at most one per tile. The kernel strides its tiles by ``tl.num_programs(0)``."""
     def grid(meta):
-        tiles = triton.cdiv(m, meta[block_m]) * triton.cdiv(n, meta[block_n])
+        tiles = cdiv(m, meta[block_m]) * cdiv(n, meta[block_n])
         return (min(sms * meta["PROGRAMS_PER_SM"], tiles),)
 
     return grid
@@ -392,8 +403,8 @@ def backward_row_chunks(m: int, block_m: int, row_bytes: int = 0, rows: int = 0)
     """
     if m * row_bytes <= BWD_CHUNK_BYTES:
         return [(0, m)]
-    rows = max(BWD_MIN_CHUNK_ROWS, rows or triton.cdiv(m, BWD_MAX_CHUNKS))
-    rows = triton.cdiv(rows, block_m) * block_m
+    rows = max(BWD_MIN_CHUNK_ROWS, rows or cdiv(m, BWD_MAX_CHUNKS))
+    rows = cdiv(rows, block_m) * block_m
     return [(start, min(start + rows, m)) for start in range(0, max(m, 1), rows)]
 
 

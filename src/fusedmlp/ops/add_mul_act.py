@@ -25,11 +25,10 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-import triton
 
 from ..kernels.add_mul_act import add_mul_act_kernel
 from ..kernels.launch import launch
-from ._common import acc_dtypes, check_finite_number, check_same_dtype_device, check_tensor, use_triton
+from ._common import acc_dtypes, cdiv, check_finite_number, check_same_dtype_device, check_tensor, use_triton
 from .activations import ACTIVATIONS, activation_grad_reference, activation_reference, check_activation
 
 __all__ = ["fused_add_mul_activation", "add_mul_act_reference", "cuda_extension"]
@@ -69,7 +68,7 @@ def _launch_triton(out, bias, lora_out, multiplier, act):
     y = torch.empty((m, n), dtype=out.dtype, device=out.device)
     if m == 0 or n == 0:
         return y
-    grid = (triton.cdiv(m, _BLOCK_M), triton.cdiv(n, _BLOCK_N))
+    grid = (cdiv(m, _BLOCK_M), cdiv(n, _BLOCK_N))
     launch(
         add_mul_act_kernel, grid, out, bias if bias is not None else out, lora_out, y, m, n, multiplier,
         out.stride(0), out.stride(1), lora_out.stride(0), lora_out.stride(1), y.stride(0),

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-import triton
 
 from ..kernels.embedding import (MERGED_ALL, MERGED_OWN_ONLY, MERGED_REST, OPTIMIZER_ADAGRAD, OPTIMIZER_SGD,
                                  embedding_carried_update_kernel,
@@ -30,7 +29,7 @@ from ..kernels.embedding import (MERGED_ALL, MERGED_OWN_ONLY, MERGED_REST, OPTIM
                                  embedding_segment_update_kernel)
 from .._distributed import agreed_length, gather_padded, peer_gather, release, world_size
 from ..kernels.launch import launch
-from ._common import acc_dtypes, check_tensor, use_triton
+from ._common import acc_dtypes, cdiv, check_tensor, next_power_of_2, use_triton
 
 __all__ = ["SparseOptimizer", "embedding_lookup", "embedding_lookup_reference", "sparse_update_reference"]
 
@@ -148,7 +147,7 @@ def sparse_update_reference(weight, grad_weight, optimizer: SparseOptimizer) -> 
 
 
 def _pad(dim: int) -> int:
-    return triton.next_power_of_2(dim)
+    return next_power_of_2(dim)
 
 
 def _gather(weight, table_offsets, indices, want_keys: bool):
@@ -168,7 +167,7 @@ def _gather(weight, table_offsets, indices, want_keys: bool):
         return out, keys
     d_pad = _pad(dim)
     block_n = max(1, min(256, _GATHER_ELEMENTS // d_pad))
-    launch(embedding_gather_kernel, (triton.cdiv(lookups, block_n),), weight, table_offsets, indices, out,
+    launch(embedding_gather_kernel, (cdiv(lookups, block_n),), weight, table_offsets, indices, out,
            keys if want_keys else out, lookups, tables, rows, indices.stride(0), indices.stride(1), weight.stride(0),
            D=dim, D_PAD=d_pad, BLOCK_N=block_n, WRITE_KEYS=want_keys, num_warps=4)
     return out, keys
@@ -179,7 +178,7 @@ def _segment_launches(sorted_keys, order, grad, weight, state, rows, hyper, kind
     gradient rows (``order``: the sort's permutation into ``grad``)."""
     lookups, dim = grad.shape
     d_pad = _pad(dim)
-    blocks = triton.cdiv(lookups, _BLOCK_P)
+    blocks = cdiv(lookups, _BLOCK_P)
     acc_tl, acc_torch = acc_dtypes(weight.dtype)
     tail = torch.empty((blocks, d_pad), dtype=acc_torch, device=weight.device)
     head = torch.empty_like(tail)
@@ -211,7 +210,7 @@ def _distinct_runs(keys, rows: int, distinct):
     run = torch.cumsum(starts, 0, dtype=torch.int32) - 1
     distinct.fill_(rows)
     if keys.numel():
-        launch(embedding_distinct_keys_kernel, (triton.cdiv(keys.numel(), _DISTINCT_BLOCK),), sorted_keys, run,
+        launch(embedding_distinct_keys_kernel, (cdiv(keys.numel(), _DISTINCT_BLOCK),), sorted_keys, run,
                distinct, keys.numel(), BLOCK=_DISTINCT_BLOCK, num_warps=4)
     return run, order
 
@@ -312,7 +311,7 @@ def _merge_links(keys, rows: int, world: int) -> torch.Tensor:
     length = keys.numel() // world
     links = torch.empty((world, keys.numel()), dtype=torch.int32, device=keys.device)
     if length:
-        launch(embedding_merge_links_kernel, (world * triton.cdiv(length, _BLOCK_P),), keys, links, length, rows,
+        launch(embedding_merge_links_kernel, (world * cdiv(length, _BLOCK_P),), keys, links, length, rows,
                WORLD=world, SEARCH_STEPS=max(1, length.bit_length()), BLOCK_P=_BLOCK_P, num_warps=4)
     return links
 
@@ -331,7 +330,7 @@ def _merged_update(keys, sums, weight, optimizer: SparseOptimizer, world: int, l
         links = _merge_links(keys, rows, world)
     state, hyper = _state_and_hyper(weight, optimizer)
     lists = 1 if part == MERGED_OWN_ONLY else world
-    launch(embedding_merged_update_kernel, (lists * triton.cdiv(length, _BLOCK_P),), keys, links, sums.contiguous(),
+    launch(embedding_merged_update_kernel, (lists * cdiv(length, _BLOCK_P),), keys, links, sums.contiguous(),
            weight, state, length, rows, hyper, weight.stride(0), state.stride(0), own,
            WORLD=world, D=dim, D_PAD=_pad(dim), BLOCK_P=_BLOCK_P, OPTIMIZER=_KINDS[optimizer.kind],
            ACC_DTYPE=acc_dtypes(weight.dtype)[0], PART=part, num_warps=4)

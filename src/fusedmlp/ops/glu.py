@@ -40,7 +40,6 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-import triton
 
 from ..kernels.configs import (
     GLU_BWD_BLOCK_M,
@@ -72,10 +71,11 @@ from ..kernels.glu import (
 from . import _common
 from ._common import (
     FastestForm,
-    check_bool,
     acc_dtypes,
     autotune_m_key,
     backward_row_chunks,
+    cdiv,
+    check_bool,
     check_linear_inputs,
     dot_meta,
     launch_pingpong,
@@ -172,7 +172,7 @@ def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
         key = (x.device.index, x.dtype, common["M_KEY"], out, k, act, b1 is not None, store_h)
         glu_forward_form.run(key, GLU_FORWARD_FORMS if pingpong_device(x) else ("tma",), rule, launch)
         return y, h
-    grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
+    grid = lambda meta: (cdiv(m, meta["BLOCK_M"]) * cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
     _fwd_launcher.launch(
         grid,
         x, w1, w2, _bias_or(b1, y), _bias_or(b2, y), y, h if store_h else y,
@@ -194,12 +194,12 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
         z = torch.empty((m, out) if store_z else (0,), dtype=x.dtype, device=x.device)
     has_bias = b1 is not None
     db_partial = torch.empty(
-        (triton.cdiv(m, GLU_BWD_BLOCK_M), 2 * out) if has_bias else (0,), dtype=acc_torch, device=x.device
+        (cdiv(m, GLU_BWD_BLOCK_M), 2 * out) if has_bias else (0,), dtype=acc_torch, device=x.device
     )
     if m == 0 or out == 0:
         return dh, torch.zeros((2 * out,) if has_bias else (0,), dtype=acc_torch, device=x.device), z
     # the pointer kernels: one program per row block x column block
-    grid = lambda meta: (triton.cdiv(m, GLU_BWD_BLOCK_M) * triton.cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
+    grid = lambda meta: (cdiv(m, GLU_BWD_BLOCK_M) * cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
     if h is not None:  # the store mode: a stream over g and h (g = gy @ wd on a ping-pong tile, or cuBLAS first)
         if wd is not None:
             dh_halves = (dh[:, :out], dh[:, out:])
@@ -434,14 +434,14 @@ def _dh_chunks(m, out, row_bytes, columns_allowed):
     dh_bytes = m * row_bytes
     if (columns_allowed and dh_bytes > _common.BWD_CHUNK_BYTES and out >= 256
             and m < _common.BWD_MAX_CHUNKS * _common.BWD_MIN_CHUNK_ROWS):
-        return True, column_ranges(out, triton.cdiv(dh_bytes, _common.BWD_COLUMN_CHUNK_BYTES))
+        return True, column_ranges(out, cdiv(dh_bytes, _common.BWD_COLUMN_CHUNK_BYTES))
     return False, backward_row_chunks(m, GLU_BWD_BLOCK_M, row_bytes)
 
 
 def column_ranges(out, count):
     """(c0, c1) ranges splitting ``out`` columns into about ``count`` chunks of whole 128-column
     multiples (the last one shorter)."""
-    width = triton.cdiv(triton.cdiv(out, count), 128) * 128
+    width = cdiv(cdiv(out, count), 128) * 128
     return [(c0, min(c0 + width, out)) for c0 in range(0, out, width)]
 
 

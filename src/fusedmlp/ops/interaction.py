@@ -13,11 +13,18 @@ implementations and a registered autograd formula).
 from __future__ import annotations
 
 import torch
-import triton
 
 from ..kernels.interaction import dot_interaction_bwd_kernel, dot_interaction_fwd_kernel
 from ..kernels.launch import launch
-from ._common import aligned_rows_empty, check_same_dtype_device, check_tensor, dot_meta, use_triton
+from ._common import (
+    aligned_rows_empty,
+    cdiv,
+    check_same_dtype_device,
+    check_tensor,
+    dot_meta,
+    next_power_of_2,
+    use_triton,
+)
 
 __all__ = ["dot_interaction", "dot_interaction_reference"]
 
@@ -41,9 +48,9 @@ def output_width(features: int, dim: int) -> int:
 
 def _meta(features: int, dim: int, dtype) -> dict:
     meta = dot_meta(dtype)
-    v_pad, d_pad = max(16, triton.next_power_of_2(features + 1)), max(16, triton.next_power_of_2(dim))
+    v_pad, d_pad = max(16, next_power_of_2(features + 1)), max(16, next_power_of_2(dim))
     row_bytes = v_pad * max(v_pad, d_pad) * dtype.itemsize
-    block_b = max(1, min(_MAX_BLOCK_B, triton.next_power_of_2(_TILE_BYTES // row_bytes + 1) // 2))
+    block_b = max(1, min(_MAX_BLOCK_B, next_power_of_2(_TILE_BYTES // row_bytes + 1) // 2))
     return dict(F=features, D=dim, V_PAD=v_pad, D_PAD=d_pad, BLOCK_B=block_b,
                 DOT_PRECISION=meta["DOT_PRECISION"], UPCAST=meta["UPCAST"], num_warps=4)
 
@@ -60,7 +67,7 @@ def _forward_impl(dense, embedded):
         return out
     dense, embedded = _unit_last(dense), _unit_last(embedded)
     meta = _meta(features, dim, dense.dtype)
-    launch(dot_interaction_fwd_kernel, (triton.cdiv(batch, meta["BLOCK_B"]),), dense, embedded, out, batch,
+    launch(dot_interaction_fwd_kernel, (cdiv(batch, meta["BLOCK_B"]),), dense, embedded, out, batch,
            dense.stride(0), embedded.stride(0), embedded.stride(1), out.stride(0), **meta)
     return out
 
@@ -72,7 +79,7 @@ def _backward_impl(dense, embedded, grad):
         return d_dense, d_emb
     dense, embedded, grad = _unit_last(dense), _unit_last(embedded), _unit_last(grad)
     meta = _meta(features, dim, dense.dtype)
-    launch(dot_interaction_bwd_kernel, (triton.cdiv(batch, meta["BLOCK_B"]),), dense, embedded, grad, d_dense, d_emb,
+    launch(dot_interaction_bwd_kernel, (cdiv(batch, meta["BLOCK_B"]),), dense, embedded, grad, d_dense, d_emb,
            batch, dense.stride(0), embedded.stride(0), embedded.stride(1), grad.stride(0), d_dense.stride(0),
            d_emb.stride(0), d_emb.stride(1), **meta)
     return d_dense, d_emb

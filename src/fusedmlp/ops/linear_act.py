@@ -40,7 +40,6 @@ import os
 from typing import Optional
 
 import torch
-import triton
 
 from ..kernels.configs import (
     LINEAR_CONFIGS,
@@ -69,10 +68,11 @@ from ..kernels.linear_act import (
 )
 from ._common import (
     FastestForm,
-    check_bool,
     acc_dtypes,
     autotune_m_key,
     backward_row_chunks,
+    cdiv,
+    check_bool,
     check_linear_inputs,
     dot_meta,
     launch_pingpong,
@@ -151,7 +151,7 @@ def _launch_fwd(x, weight, bias, act, store_pre):
         linear_forward_form.run(key, LINEAR_FORWARD_FORMS if pingpong_device(x) else ("tma",), "alternating",
                                 launch)
         return y, pre
-    grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
+    grid = lambda meta: (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
     _fwd_launcher.launch(
         grid, x, weight, b_ptr, y, pre if store_pre else y,
         stride_xm=x.stride(0), stride_xk=x.stride(1), stride_wn=weight.stride(0), stride_wk=weight.stride(1),
@@ -179,7 +179,7 @@ def _launch_backward(g, a, weight, act, from_output, has_bias, store_dpre, compu
     dpre = dpre_out if in_place else torch.empty((m, n) if store_dpre else (0,), dtype=g.dtype, device=g.device)
     acc_torch = acc_dtypes(g.dtype)[1]
     db_partial = torch.empty(
-        (triton.cdiv(m, LINEAR_DGRAD_BLOCK_M), n) if has_bias else (0,), dtype=acc_torch, device=g.device
+        (cdiv(m, LINEAR_DGRAD_BLOCK_M), n) if has_bias else (0,), dtype=acc_torch, device=g.device
     )
     if m == 0 or n == 0:
         dx = torch.zeros((m, k) if compute_dx else (0,), dtype=g.dtype, device=g.device)
@@ -192,7 +192,7 @@ def _launch_backward(g, a, weight, act, from_output, has_bias, store_dpre, compu
     if fused_dgrad:
         dx = _launch_fused_dgrad(g, a, weight, dpre_ptr, db_ptr, common)
     else:
-        grid = lambda meta: (triton.cdiv(m, LINEAR_DGRAD_BLOCK_M) * triton.cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
+        grid = lambda meta: (cdiv(m, LINEAR_DGRAD_BLOCK_M) * cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
         (_dpre_in_place_launcher if in_place else _dpre_launcher).launch(
             grid, g, a, dpre_ptr, db_ptr,
             stride_gm=g.stride(0), stride_gn=g.stride(1), stride_am=a.stride(0), stride_an=a.stride(1),
@@ -221,7 +221,7 @@ def _launch_fused_dgrad(g, a, weight, dpre_ptr, db_ptr, common):
             **common, **dot_meta(g.dtype),
         )
         return dx
-    grid = lambda meta: (triton.cdiv(m, LINEAR_DGRAD_BLOCK_M) * triton.cdiv(k, meta["BLOCK_K"]),)  # noqa: E731
+    grid = lambda meta: (cdiv(m, LINEAR_DGRAD_BLOCK_M) * cdiv(k, meta["BLOCK_K"]),)  # noqa: E731
     _dgrad_launcher.launch(
         grid, g, a, weight, dx, dpre_ptr, db_ptr,
         stride_gm=g.stride(0), stride_gn=g.stride(1), stride_am=a.stride(0), stride_an=a.stride(1),
@@ -248,7 +248,7 @@ def recompute_dpre(x, weight, bias, g, act, has_bias):
         return None
     config = dpre_recompute_config(x.shape[1])
     dpre = torch.empty((m, n), dtype=g.dtype, device=g.device)
-    db_partial = torch.empty((triton.cdiv(m, config["BLOCK_M"]), n) if has_bias else (0,), dtype=torch.float32,
+    db_partial = torch.empty((cdiv(m, config["BLOCK_M"]), n) if has_bias else (0,), dtype=torch.float32,
                              device=g.device)
     launch_pingpong(
         linear_act_dpre_recompute_pingpong_kernel, config, m, n, num_sms(g), {"x_desc": x}, {"w_desc": weight},

@@ -56,19 +56,20 @@ from typing import Optional
 
 import numpy as np
 import torch
-import triton
 
 from ..kernels.configs import LINEAR_PINGPONG_CONFIG, LORA_CONFIGS, LORA_TMA_CONFIGS, Launcher
 from ..kernels.lora import lora_fwd_kernel, lora_fwd_pingpong_kernel, lora_fwd_tma_kernel
 from ._common import (
+    autotune_m_key,
+    cdiv,
     check_bool,
     check_finite_number,
-    autotune_m_key,
     check_linear_inputs,
     check_same_dtype_device,
     check_tensor,
     dot_meta,
     launch_pingpong,
+    next_power_of_2,
     num_sms,
     persistent_grid,
     pingpong_eligible,
@@ -113,7 +114,7 @@ def lora_linear_reference(x, weight, bias, lora_a, lora_b, scale, activation=Non
 
 def _rank_block(r: int) -> int:
     """The padded rank the kernel works in: a power of two, at least tl.dot's 16."""
-    return max(16, triton.next_power_of_2(r))
+    return max(16, next_power_of_2(r))
 
 
 def _split_scale(scale: float) -> tuple[float, float]:
@@ -169,7 +170,7 @@ def _launch_fwd(x, weight, bias, lora_a, lora_b, xs_given, scale, act, store_pre
             **lora_strides, **common, **dot_meta(x.dtype),
         )
         return y, pre, xs
-    grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
+    grid = lambda meta: (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
     _fwd_launcher.launch(
         grid, x, weight, b_ptr, lora_a, lora_b, xs, y, pre if store_pre else y,
         stride_xm=x.stride(0), stride_xk=x.stride(1), stride_wn=weight.stride(0), stride_wk=weight.stride(1),

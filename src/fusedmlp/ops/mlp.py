@@ -47,7 +47,6 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import torch
-import triton
 
 from .._cuda_graph import in_graph_capture_mode
 from ..kernels.configs import INTERPRET, MLP_DGRAD_CONFIGS, MLP_FWD_CONFIGS, Launcher
@@ -60,10 +59,12 @@ from ._common import (
     aligned_rows_empty,
     aligned_width,
     autotune_m_key,
+    cdiv,
     check_bool,
     check_same_dtype_device,
     check_tensor,
     dot_meta,
+    next_power_of_2,
     num_sms,
     pingpong_device,
     rows_aligned,
@@ -186,7 +187,7 @@ def mlp_plan(widths: tuple, acts: tuple, has_bias: tuple, full_max: int) -> Opti
     for i in range(layers):
         offsets.append(total)
         total += widths[i + 1] * widths[i] + (widths[i + 1] if has_bias[i] else 0)
-    pads = tuple(max(16, triton.next_power_of_2(w)) for w in widths)
+    pads = tuple(max(16, next_power_of_2(w)) for w in widths)
     return MLPPlan(widths, pads, roles, acts, has_bias, tuple(save), tuple(from_output), a_acts, tuple(offsets),
                    total, pads[0] <= full_max)
 
@@ -297,9 +298,9 @@ def _zero_padded_rows(width: int, *tensors) -> tuple:
     a_out, b_out = outs if len(outs) == 2 else (outs[0], outs[0])
     if a.shape[0] + b.shape[0] == 0:
         return outs
-    block_w = min(triton.next_power_of_2(width), 1024)
+    block_w = min(next_power_of_2(width), 1024)
     block_m = max(1, 8192 // block_w)
-    grid = (triton.cdiv(a.shape[0], block_m) + triton.cdiv(b.shape[0], block_m),)
+    grid = (cdiv(a.shape[0], block_m) + cdiv(b.shape[0], block_m),)
     launch(mlp_pad_rows_kernel, grid, a, a_out, a.shape[0], a.stride(0), a.stride(1),
            b, b_out, b.shape[0], b.stride(0), b.stride(1), COLS=a.shape[1], WIDTH=width, BLOCK_M=block_m,
            BLOCK_W=block_w)
@@ -328,7 +329,7 @@ def _launch_stack(x, weights, biases, plan: MLPPlan, modes: tuple):
     saved = [x.new_empty((m, plan.widths[i + 1])) if mode != "none" else empty for i, mode in enumerate(modes)]
     if m == 0:
         return y, saved, empty
-    grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]),)  # noqa: E731
+    grid = lambda meta: (cdiv(m, meta["BLOCK_M"]),)  # noqa: E731
     _fwd_launcher.launch(
         grid, x, tuple(weights), tuple(b if b is not None else y for b in biases), y,
         tuple(t if t.numel() else y for t in saved),
@@ -354,22 +355,24 @@ def _launch_forward_first_gemm(x, weights, biases, plan: MLPPlan, modes: tuple):
     return y, [first] + saved, (x_in if x_in is not x else empty, w0_in if w0_in is not weights[0] else empty)
 
 
-def _wgrad_tile_shapes(plan: MLPPlan, g: torch.Tensor) -> tuple:
-    """(TILE_N, TILE_K, BLOCK_R) of the wgrad kernel: per layer, the _WGRAD_TILE shape clipped
-    to the layer's padded widths (a 13-wide input takes 16-wide tiles, not 128 of padding)."""
-    block_n, block_k, block_r = (16, 16, 16) if (g.dtype == torch.float64 and not INTERPRET) else _WGRAD_TILE
-    budget = shared_memory_per_block(g) - _WGRAD_SMEM_SPARE
-    while block_r > 16 and _WGRAD_STAGES * block_r * (block_n + block_k) * g.element_size() > budget:
+@functools.lru_cache(maxsize=256)
+def _wgrad_geometry(plan: MLPPlan, m: int, dtype: torch.dtype, sms: int, shared: int) -> tuple:
+    """(TILE_N, TILE_K, BLOCK_R, tiles, slices, rows_per_slice) of the wgrad launch over m rows
+    (cached: a step's host time is what small batches pay for). TILE_N and TILE_K, per layer:
+    the _WGRAD_TILE shape clipped to the layer's padded widths (a 13-wide input takes 16-wide
+    tiles, not 128 of padding); BLOCK_R shrinks until the stages fit ``shared`` bytes; row
+    slices of at least WGRAD_MIN_SLICE_ROWS rows, about _WGRAD_TILES_PER_SM tiles per
+    multiprocessor."""
+    block_n, block_k, block_r = (16, 16, 16) if (dtype == torch.float64 and not INTERPRET) else _WGRAD_TILE
+    budget = shared - _WGRAD_SMEM_SPARE
+    while block_r > 16 and _WGRAD_STAGES * block_r * (block_n + block_k) * dtype.itemsize > budget:
         block_r //= 2
     tile_n = tuple(min(block_n, plan.pads[i + 1]) for i in range(plan.layers))
     tile_k = tuple(min(block_k, plan.pads[i]) for i in range(plan.layers))
-    return tile_n, tile_k, block_r
-
-
-def _wgrad_slices(m: int, tiles: int, sms: int) -> int:
-    """Row slices of the wgrad launch: about _WGRAD_TILES_PER_SM tiles per multiprocessor,
-    slices of at least WGRAD_MIN_SLICE_ROWS rows."""
-    return max(1, min(triton.cdiv(m, WGRAD_MIN_SLICE_ROWS), triton.cdiv(_WGRAD_TILES_PER_SM * sms, tiles)))
+    tiles = sum(cdiv(plan.widths[i + 1], tile_n[i]) * cdiv(plan.widths[i], tile_k[i]) for i in range(plan.layers))
+    slices = max(1, min(cdiv(m, WGRAD_MIN_SLICE_ROWS), cdiv(_WGRAD_TILES_PER_SM * sms, tiles)))
+    rows_per_slice = cdiv(cdiv(m, slices), block_r) * block_r
+    return tile_n, tile_k, block_r, tiles, cdiv(m, rows_per_slice), rows_per_slice
 
 
 def _new_dx(g, plan: MLPPlan, needs_dx: bool):
@@ -396,7 +399,7 @@ def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool, pad
     # what act'_i reads: the saved tensor; for the last layer y when act' follows from it
     act_in = list(saved[:-1]) + [y if plan.from_output[-1] else saved[-1]]
     act_in = [t if t.numel() else g for t in act_in]  # an identity last layer reads nothing
-    grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]),)  # noqa: E731
+    grid = lambda meta: (cdiv(m, meta["BLOCK_M"]),)  # noqa: E731
     _dgrad_launcher.launch(
         grid, g, tuple(weights), tuple(act_in), tuple(d), dx if needs_dx else g,
         M=m, M_KEY=autotune_m_key(m), WIDTHS=plan.widths, PADS=plan.pads, ROLES=plan.roles, ACTS=plan.acts,
@@ -418,12 +421,8 @@ def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool, pad
                 torch.mv(d[i].t(), ones, out=grads[start + rows * cols:start + rows * cols + rows])
         return dx, grads
 
-    tile_n, tile_k, block_r = _wgrad_tile_shapes(plan, g)
-    tiles = sum(triton.cdiv(plan.widths[i + 1], tile_n[i]) * triton.cdiv(plan.widths[i], tile_k[i])
-                for i in range(layers))
-    slices = _wgrad_slices(m, tiles, 4 if INTERPRET else num_sms(g))
-    rows_per_slice = triton.cdiv(triton.cdiv(m, slices), block_r) * block_r
-    slices = triton.cdiv(m, rows_per_slice)
+    tile_n, tile_k, block_r, tiles, slices, rows_per_slice = _wgrad_geometry(
+        plan, m, g.dtype, 4 if INTERPRET else num_sms(g), shared_memory_per_block(g))
     grads = g.new_empty((plan.total,))
     out = grads if slices == 1 else g.new_empty((slices, plan.total), dtype=acc_torch)
     a_inputs = tuple(saved[i] for i in range(layers - 1))
@@ -435,7 +434,7 @@ def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool, pad
     )
     if slices > 1:
         launch(
-            mlp_reduce_kernel, (triton.cdiv(plan.total, _REDUCE_BLOCK),), out, grads, plan.total, slices, BLOCK=_REDUCE_BLOCK, UPCAST=dot_meta(g.dtype)["UPCAST"],
+            mlp_reduce_kernel, (cdiv(plan.total, _REDUCE_BLOCK),), out, grads, plan.total, slices, BLOCK=_REDUCE_BLOCK, UPCAST=dot_meta(g.dtype)["UPCAST"],
         )
     return dx, grads
 
@@ -554,17 +553,16 @@ def _(g, x, weights, biases, saved, y, acts, recompute, needs_dx, padded):
 
 
 def _split_grads(grads, weights, biases, needs):
-    """Views of the flat buffer: (dW_0, db_0, dW_1, db_1, ...), None where not needed."""
-    out, offset = [], 0
+    """Views of the flat buffer: (dW_0, db_0, dW_1, db_1, ...), None where not needed (the
+    buffer cut in one call: a slice per gradient costs host time per layer)."""
+    sizes = [t.numel() for pair in zip(weights, biases) for t in pair if t is not None]
+    pieces = iter(grads.split_with_sizes(sizes))
+    out = []
     for i, (w, b) in enumerate(zip(weights, biases)):
-        size = w.numel()
-        out.append(grads[offset:offset + size].view(w.shape) if needs[2 * i] else None)
-        offset += size
-        if b is not None:
-            out.append(grads[offset:offset + b.numel()] if needs[2 * i + 1] else None)
-            offset += b.numel()
-        else:
-            out.append(None)
+        dw = next(pieces)
+        out.append(dw.view(w.shape) if needs[2 * i] else None)
+        db = next(pieces) if b is not None else None
+        out.append(db if b is not None and needs[2 * i + 1] else None)
     return out
 
 
@@ -623,6 +621,20 @@ torch.library.register_autograd("fusedmlp::mlp", _op_backward, setup_context=_se
 # --------------------------------------------------------------------------------------
 # Public entry point
 # --------------------------------------------------------------------------------------
+def _stack_fits(x, weights, biases) -> bool:
+    """True when every layer passes ``check_mlp_inputs``'s checks (x itself checked already)."""
+    dtype, device, width = x.dtype, x.device, x.shape[-1]
+    for w, b in zip(weights, biases):
+        if not (isinstance(w, torch.Tensor) and w.dtype == dtype and w.dim() == 2 and w.shape[1] == width
+                and w.shape[0] and w.device == device):
+            return False
+        if b is not None and not (isinstance(b, torch.Tensor) and b.dtype == dtype and b.dim() == 1
+                                  and b.shape[0] == w.shape[0] and b.device == device):
+            return False
+        width = w.shape[0]
+    return True
+
+
 def check_mlp_inputs(x, weights, biases) -> list:
     """Validate the stack; returns the biases as a list (one entry per layer, None allowed)."""
     check_tensor(x, "x", min_ndim=1)
@@ -634,6 +646,8 @@ def check_mlp_inputs(x, weights, biases) -> list:
         raise TypeError("biases must be None or a list or tuple with one [out] tensor (or None) per layer")
     elif len(biases) != len(weights):
         raise ValueError(f"biases has {len(biases)} entries but there are {len(weights)} weights")
+    if _stack_fits(x, weights, biases):  # the common case, without building the messages' names
+        return list(biases)
     width = x.shape[-1]
     for i, (w, b) in enumerate(zip(weights, biases)):
         check_tensor(w, f"weights[{i}]", ndim=2)
