@@ -122,6 +122,19 @@ def test_run_suite_rounds_alternate_the_order_and_report_medians(monkeypatch):
             pass
 
 
+def test_interleaved_ms_alternates_the_order(monkeypatch):
+    """harness.interleaved_ms calls each callable once untimed, then times them round by round,
+    every other round in reverse order (``median_ms`` replaced by a recorder: no GPU here)."""
+    timed, untimed = [], []
+    times = iter([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    monkeypatch.setattr(harness, "median_ms", lambda fn: timed.append(fn()) or next(times))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    calls = {"a": lambda: "a", "b": lambda: "b", "c": lambda: "c"}
+    result = harness.interleaved_ms({name: (lambda f=f: untimed.append(f()) or f()) for name, f in calls.items()}, 2)
+    assert untimed[:3] == ["a", "b", "c"] and timed == ["a", "b", "c", "c", "b", "a"]
+    assert result == {"a": [1.0, 6.0], "b": [2.0, 5.0], "c": [3.0, 4.0]}
+
+
 def test_bench_without_gpu_reports_errors(capsys):
     if torch.cuda.is_available():
         pytest.skip("the no-GPU path")

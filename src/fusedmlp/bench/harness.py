@@ -39,6 +39,22 @@ def median_ms(fn, warmup_ms: int = 100, rep_ms: int = 500) -> float:
     return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
 
 
+def interleaved_ms(calls: dict, rounds: int) -> dict:
+    """{name: [ms of each round]} of each callable in ``calls`` timed by ``median_ms`` in
+    ``rounds`` rounds, every other one in reverse order (as ``run_suite`` with ``--rounds``:
+    no callable is always the one timed on the hottest GPU), after one untimed call of each.
+    For the comparisons of benchmarks/."""
+    for call in calls.values():
+        call()
+    torch.cuda.synchronize()
+    times = {name: [] for name in calls}
+    order = list(calls)
+    for round_ in range(rounds):
+        for name in order if round_ % 2 == 0 else order[::-1]:
+            times[name].append(round(median_ms(calls[name]), 4))
+    return times
+
+
 def graph_us(fn, rep_ms: int | None = None) -> float:
     """Median microseconds of ``fn`` replayed in a CUDA graph (kernel time, no host time),
     after one eager call (compiles, tunes); ``rep_ms`` defaults to $REP_MS, else 200. For
