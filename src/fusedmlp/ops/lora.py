@@ -52,6 +52,7 @@ scale, act, store_pre) -> (y, pre, xs)`` with its autograd registered.
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import numpy as np
@@ -117,8 +118,10 @@ def _rank_block(r: int) -> int:
     return max(16, next_power_of_2(r))
 
 
+@functools.lru_cache(maxsize=64)
 def _split_scale(scale: float) -> tuple[float, float]:
-    """(hi, lo) fp32 numbers with hi + lo = scale to ~1e-15 (Triton passes floats as fp32)."""
+    """(hi, lo) fp32 numbers with hi + lo = scale to ~1e-15 (Triton passes floats as fp32);
+    cached: a layer's scale is the same every call, and the two numpy casts cost host time."""
     hi = float(np.float32(scale))
     return hi, float(np.float32(scale - hi))
 
