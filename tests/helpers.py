@@ -33,6 +33,29 @@ def assert_close(out, ref, dtype, what=""):
     )
 
 
+def check_inference_forward(monkeypatch, module, impl_name, store_of, run, reference, dtype, what=""):
+    """An op in a storing mode (recompute=False, save_preact=True) where autograd records
+    nothing: ``run(requires_grad)`` calls it on tensors that require grad or not, and
+    ``module.<impl_name>`` is the forward implementation it calls, whose store flag
+    ``store_of(args)`` reads. Under torch.no_grad and torch.inference_mode, and on tensors that
+    need no gradient, the flag must be off (nothing written for a backward) and the output
+    have no autograd node; with tensors that require grad outside them, the flag is on. The
+    output matches ``reference`` (float64) every time."""
+    flags = []
+    real = getattr(module, impl_name)
+    monkeypatch.setattr(module, impl_name, lambda *args: flags.append(store_of(args)) or real(*args))
+    cases = [(torch.no_grad, True, False), (torch.inference_mode, True, False),
+             (contextlib.nullcontext, False, False), (contextlib.nullcontext, True, True)]
+    for context, requires_grad, stored in cases:
+        flags.clear()
+        with context():
+            y = run(requires_grad)
+        case = f"{what} {context.__name__}, requires_grad={requires_grad}"
+        assert flags == [stored], (case, flags)
+        assert (y.grad_fn is not None) == stored, case
+        assert_close(y.detach(), reference, dtype, case)
+
+
 def check_against_float64(fused, reference, tensors, tensors64, g, g64, what=""):
     """Run ``fused(*tensors)`` and ``reference(*tensors64)`` (float64), backpropagate ``g`` /
     ``g64``, and compare the output and the gradient of every tensor that requires one.

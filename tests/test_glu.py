@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import (
     TOLERANCE, assert_close, backward_peak_bytes, check_backward_twice, compile_pingpong_for_hopper,
-    first_store_backward_errors, forcing_tma_config, recording_pingpong_launches, rel_err,
+    check_inference_forward, first_store_backward_errors, forcing_tma_config, recording_pingpong_launches, rel_err,
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -210,6 +210,17 @@ def test_saved_for_backward(device, recompute):
     y.sum().backward()
 
 
+def test_inference_forward_keeps_no_h(device, monkeypatch):
+    """The store mode writes no h where autograd records nothing (helpers.check_inference_forward)."""
+    import fusedmlp.ops.glu as glu_ops
+
+    x64, w64, b64, _ = make_inputs((3, 7), 33, 20, torch.float64, device)
+    check_inference_forward(
+        monkeypatch, glu_ops, "glu_forward_impl", lambda args: args[6],
+        lambda grad: fusedmlp.geglu(x64.float(), w64.float().requires_grad_(grad), b64.float(), recompute=False),
+        geglu_reference(x64, w64, b64), torch.float32, "geglu")
+
+
 @pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "store"])
 def test_torch_compile_fullgraph(device, recompute):
     torch._dynamo.reset()
@@ -232,6 +243,9 @@ def test_torch_compile_fullgraph(device, recompute):
     assert rel_err(loss, eager_loss) < 1e-5
     for got, want in zip(grads, (x.grad, layer.weight.grad, layer.bias.grad)):
         assert rel_err(got, want) < 1e-5
+    with torch.no_grad():  # the inference branch traces too (the op without h)
+        assert rel_err(compiled(x), eager_loss) < 1e-5
+    assert dict(torch._dynamo.utils.counters["graph_break"]) == {}
 
 
 def test_module_loads_linear_state_dict(device):

@@ -3,7 +3,7 @@
 import pytest
 import torch
 from helpers import (
-    TOLERANCE, assert_close, backward_peak_bytes, check_against_float64, check_backward_twice,
+    TOLERANCE, assert_close, backward_peak_bytes, check_against_float64, check_backward_twice, check_inference_forward,
     check_replayed_step, compile_pingpong_for_hopper, first_store_backward_errors, forcing_tma_config, rel_err,
     recording_pingpong_launches,
 )
@@ -165,6 +165,19 @@ def test_every_ieee_config_on_gpu(index):
         for save_preact in (False, True):
             tensors, g = make_inputs((1000,), 200, 600, "cuda")
             run_check(tensors, g, torch.float32, "gelu_tanh", save_preact, f"ieee config {index}")
+
+
+def test_inference_forward_keeps_no_preact(device, monkeypatch):
+    """save_preact=True writes no pre-activation where autograd records nothing
+    (helpers.check_inference_forward)."""
+    import fusedmlp.ops.linear_act as linear_ops
+
+    (x, w, b), _ = make_inputs((5, 3), 40, 24, device)
+    check_inference_forward(
+        monkeypatch, linear_ops, "linear_act_forward_impl", lambda args: args[4],
+        lambda grad: fusedmlp.linear_act(x.detach().float(), w.detach().float().requires_grad_(grad),
+                                         b.detach().float(), "gelu_tanh", save_preact=True),
+        linear_act_reference(x.detach(), w.detach(), b.detach()), torch.float32, "linear_act")
 
 
 def test_pingpong_kernel_compiles_for_hopper():

@@ -3,7 +3,7 @@
 import pytest
 import torch
 from helpers import (
-    assert_close, check_against_float64, check_replayed_step, compile_pingpong_for_hopper, recording_pingpong_launches,
+    assert_close, check_against_float64, check_inference_forward, check_replayed_step, compile_pingpong_for_hopper, recording_pingpong_launches,
     rel_err,
 )
 from torch import nn
@@ -229,6 +229,20 @@ def test_dropout(device, dtype):
 
     tensors = [None if t is None else t.detach().to(dtype) for t in tensors64]
     check_against_float64(fused, reference, tensors, tensors64, g64.to(dtype), g64, "dropout")
+
+
+def test_inference_forward_keeps_nothing(device, monkeypatch):
+    """save_preact=True writes no pre-activation where autograd records nothing
+    (helpers.check_inference_forward)."""
+    import fusedmlp.ops.lora as lora_ops
+
+    (x, w, b, a, lb), _ = make_inputs((4, 5), 24, 18, 4, device)
+    x, w, b, a, lb = (t.detach() for t in (x, w, b, a, lb))
+    check_inference_forward(
+        monkeypatch, lora_ops, "lora_forward_impl", lambda args: args[9],
+        lambda grad: fusedmlp.lora_linear(x.float(), w.float(), b.float(), a.float().requires_grad_(grad),
+                                          lb.float(), 2.0, "gelu", save_preact=True),
+        lora_linear_reference(x, w, b, a, lb, 2.0, "gelu"), torch.float32, "lora")
 
 
 def test_empty_batch(device):

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import TOLERANCE, rel_err
+from helpers import TOLERANCE, check_inference_forward, rel_err
 from torch import nn
 
 import fusedmlp
@@ -383,6 +383,17 @@ def test_empty_batch(device):
     y.sum().backward()
     assert x.grad.shape == x.shape
     assert all(torch.equal(t.grad, torch.zeros_like(t)) for t in weights + biases)
+
+
+def test_inference_forward_keeps_nothing(device, monkeypatch):
+    """The forward saves no layer's tensor where autograd records nothing
+    (helpers.check_inference_forward)."""
+    x, weights, biases, _ = make_stack([13, 40, 24, 9], device)
+    check_inference_forward(
+        monkeypatch, mlp_ops, "mlp_forward_impl", lambda args: args[4],
+        lambda grad: fusedmlp.mlp(x.float(), [w.float().requires_grad_(grad) for w in weights],
+                                  [b.float() for b in biases], "gelu"),
+        mlp_ops.mlp_reference(x, weights, biases, "gelu"), torch.float32, "mlp")
 
 
 def test_too_wide_stacks_run_layer_by_layer(device, monkeypatch):

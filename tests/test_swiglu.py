@@ -4,7 +4,7 @@ import pytest
 import torch
 from helpers import (
     TOLERANCE, assert_close, backward_peak_bytes, check_against_float64, check_backward_twice,
-    check_replayed_step, first_store_backward_errors, recording_pingpong_launches, rel_err,
+    check_inference_forward, check_replayed_step, first_store_backward_errors, recording_pingpong_launches, rel_err,
 )
 
 import fusedmlp
@@ -283,6 +283,19 @@ def test_step_replayed_from_a_cuda_graph(recompute):
     output and every gradient against float64."""
     check_replayed_step(lambda *ts: fusedmlp.swiglu(*ts, recompute=recompute), swiglu_reference,
                         lambda: make_inputs((2, 300), 512, 1792, "cuda"), what=f"recompute={recompute}")
+
+
+def test_inference_forward_keeps_no_h(device, monkeypatch):
+    """The default store mode writes no hidden products where autograd records nothing
+    (helpers.check_inference_forward)."""
+    import fusedmlp.ops.swiglu as swiglu_ops
+
+    (x, wg, wu, wd), _ = make_inputs((2, 9), 24, 40, device)
+    x, wg, wu, wd = (t.detach() for t in (x, wg, wu, wd))
+    check_inference_forward(
+        monkeypatch, swiglu_ops, "_forward_impl", lambda args: args[4],
+        lambda grad: fusedmlp.swiglu(x.float(), wg.float().requires_grad_(grad), wu.float(), wd.float()),
+        swiglu_reference(x, wg, wu, wd), torch.float32, "swiglu")
 
 
 def test_module_matches_llama_mlp_layout(device):

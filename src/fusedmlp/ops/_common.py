@@ -96,6 +96,17 @@ def dot_meta(dtype: torch.dtype) -> dict:
     return {"ACC_DTYPE": acc_dtypes(dtype)[0], "DOT_PRECISION": dot_precision(dtype), "UPCAST": upcast_dots(dtype)}
 
 
+def grad_needed(*tensors) -> bool:
+    """True when autograd records an op on ``tensors``: grad mode is on and one of them (None
+    skipped) requires grad. Where it does not (``torch.no_grad``, ``torch.inference_mode``,
+    frozen inputs) the ops run their forward alone: no autograd node, and nothing written for a
+    backward that will not run (the store modes' pre-activations or hidden products: memory
+    traffic and peak memory for nothing)."""
+    if not torch.is_grad_enabled():
+        return False
+    return any(t is not None and t.requires_grad for t in tensors)
+
+
 def cdiv(a: int, b: int) -> int:
     """Ceiling division of host integers (grids, row blocks). Not ``triton.cdiv``: recent
     Tritons make that a constexpr function, whose call costs about 2 us of host time (it

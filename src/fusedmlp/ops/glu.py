@@ -78,6 +78,7 @@ from ._common import (
     check_bool,
     check_linear_inputs,
     dot_meta,
+    grad_needed,
     launch_pingpong,
     num_sms,
     persistent_grid,
@@ -542,7 +543,10 @@ def geglu(
     in_features = weight.shape[1]
     out = weight.shape[0] // 2
     x2d = x.reshape(-1, in_features)  # a view whenever the leading dims allow it
-    if torch.compiler.is_compiling():
+    if not grad_needed(x2d, weight, bias):  # inference: h is not kept
+        y = (torch.ops.fusedmlp.geglu(x2d, weight, bias, act, False) if torch.compiler.is_compiling()
+             else _geglu_forward_impl(x2d, weight, bias, act, False))[0]
+    elif torch.compiler.is_compiling():
         y, _ = torch.ops.fusedmlp.geglu(x2d, weight, bias, act, not recompute)
     else:  # eager: the custom op's dispatch costs tens of microseconds of host time per call
         y = _GEGLUFunction.apply(x2d, weight, bias, act, not recompute)

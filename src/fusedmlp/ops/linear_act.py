@@ -75,6 +75,7 @@ from ._common import (
     check_bool,
     check_linear_inputs,
     dot_meta,
+    grad_needed,
     launch_pingpong,
     num_sms,
     persistent_grid,
@@ -482,7 +483,10 @@ def linear_act(
     check_linear_inputs(x, weight, bias)
     check_bool(save_preact, "save_preact")
     x2d = x.reshape(-1, weight.shape[1])  # a view whenever the leading dims allow it
-    if torch.compiler.is_compiling():
+    if not grad_needed(x2d, weight, bias):  # inference: no pre-activation to keep
+        y = (torch.ops.fusedmlp.linear_act(x2d, weight, bias, act, False) if torch.compiler.is_compiling()
+             else linear_act_forward_impl(x2d, weight, bias, act, False))[0]
+    elif torch.compiler.is_compiling():
         y, _ = torch.ops.fusedmlp.linear_act(x2d, weight, bias, act, save_preact)
     else:
         y = _LinearActFunction.apply(x2d, weight, bias, act, save_preact)

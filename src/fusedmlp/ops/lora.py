@@ -69,6 +69,7 @@ from ._common import (
     check_same_dtype_device,
     check_tensor,
     dot_meta,
+    grad_needed,
     launch_pingpong,
     next_power_of_2,
     num_sms,
@@ -357,7 +358,11 @@ def lora_linear(
     x2d = x.reshape(-1, weight.shape[1])
     x_lora = torch.nn.functional.dropout(x2d, dropout_p, training=True) if dropout_p > 0 else None
     scale = float(scale)
-    if torch.compiler.is_compiling():
+    if not grad_needed(x2d, weight, bias, lora_a, lora_b):  # inference: nothing kept for a backward
+        y = (torch.ops.fusedmlp.lora_linear(x2d, weight, bias, lora_a, lora_b, x_lora, None, scale, act, False)
+             if torch.compiler.is_compiling()
+             else lora_forward_impl(x2d, weight, bias, lora_a, lora_b, x_lora, None, scale, act, False))[0]
+    elif torch.compiler.is_compiling():
         y = torch.ops.fusedmlp.lora_linear(x2d, weight, bias, lora_a, lora_b, x_lora, None, scale, act,
                                            save_preact)[0]
     else:

@@ -64,6 +64,7 @@ from ._common import (
     check_same_dtype_device,
     check_tensor,
     dot_meta,
+    grad_needed,
     next_power_of_2,
     num_sms,
     pingpong_device,
@@ -708,9 +709,12 @@ def mlp(
         weights = [w.contiguous() for w in weights]
         biases = [b.contiguous() if b is not None else None for b in biases]
         joined = ",".join(acts)
-        if torch.compiler.is_compiling():
+        params = [t for pair in zip(weights, biases) for t in pair]
+        if not grad_needed(x2d, *params):  # inference: no layer's tensor is kept
+            y = (torch.ops.fusedmlp.mlp(x2d, weights, biases, joined, False)[0] if torch.compiler.is_compiling()
+                 else mlp_forward_impl(x2d, weights, biases, joined, False, in_graph_capture_mode())[0])
+        elif torch.compiler.is_compiling():
             y = torch.ops.fusedmlp.mlp(x2d, weights, biases, joined, not recompute)[0]
         else:
-            params = [t for pair in zip(weights, biases) for t in pair]
             y = _MLPFunction.apply(x2d, joined, recompute, *params)
     return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])

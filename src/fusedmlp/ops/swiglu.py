@@ -53,8 +53,8 @@ import torch
 
 from ..kernels.configs import GLU_BWD_BLOCK_M
 from ._common import (
-    backward_row_chunks, check_bool, check_linear_inputs, check_same_dtype_device, check_tensor, reuse_saved_once,
-    scratch_matrix,
+    backward_row_chunks, check_bool, check_linear_inputs, check_same_dtype_device, check_tensor, grad_needed,
+    reuse_saved_once, scratch_matrix,
 )
 from .activations import activation_reference
 from .glu import glu_backward_dh, glu_backward_dh_impl, glu_forward_impl
@@ -229,7 +229,10 @@ def swiglu(
     _validate(x, w_gate, w_up, w_down)
     check_bool(recompute, "recompute")
     x2d = x.reshape(-1, x.shape[-1])
-    if torch.compiler.is_compiling():
+    if not grad_needed(x2d, w_gate, w_up, w_down):  # inference: the hidden products are not kept
+        y = (torch.ops.fusedmlp.swiglu(x2d, w_gate, w_up, w_down, False) if torch.compiler.is_compiling()
+             else _forward_impl(x2d, w_gate, w_up, w_down, False))[0]
+    elif torch.compiler.is_compiling():
         y, _ = torch.ops.fusedmlp.swiglu(x2d, w_gate, w_up, w_down, not recompute)
     else:
         y = _SwiGLUFunction.apply(x2d, w_gate, w_up, w_down, not recompute)
