@@ -180,6 +180,19 @@ def test_inference_forward_keeps_no_preact(device, monkeypatch):
         linear_act_reference(x.detach(), w.detach(), b.detach()), torch.float32, "linear_act")
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PyTorch's forward-AD setup scripts functions
+def test_forward_mode_ad_is_refused(device):
+    """The ops have no forward-mode derivative: a dual input gets autograd.Function's error,
+    not an output silently without its tangent (the inference path stays out of the way)."""
+    import torch.autograd.forward_ad as forward_ad
+
+    (x, w, b), _ = make_inputs((6,), 16, 8, device, grads=(False, False, False))
+    with forward_ad.dual_level():
+        dual = forward_ad.make_dual(x.float(), torch.randn_like(x.float()))
+        with pytest.raises(NotImplementedError, match="jvp"):
+            fusedmlp.linear_act(dual, w.float(), b.float(), "relu")
+
+
 def test_pingpong_kernel_compiles_for_hopper():
     """The Gluon ping-pong forward compiles for sm_90a with the installed Triton, for every
     activation, with a bias and without (tests/helpers.py ``compile_pingpong_for_hopper``), with

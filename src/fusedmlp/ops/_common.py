@@ -101,7 +101,11 @@ def grad_needed(*tensors) -> bool:
     skipped) requires grad. Where it does not (``torch.no_grad``, ``torch.inference_mode``,
     frozen inputs) the ops run their forward alone: no autograd node, and nothing written for a
     backward that will not run (the store modes' pre-activations or hidden products: memory
-    traffic and peak memory for nothing)."""
+    traffic and peak memory for nothing). Inside a forward-mode AD level the answer is yes:
+    the autograd.Function path then says that the ops have no forward-mode derivative, where
+    the forward alone would drop the inputs' tangents without a word."""
+    if getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0:
+        return True
     if not torch.is_grad_enabled():
         return False
     return any(t is not None and t.requires_grad for t in tensors)
