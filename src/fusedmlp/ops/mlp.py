@@ -622,18 +622,13 @@ torch.library.register_autograd("fusedmlp::mlp", _op_backward, setup_context=_se
 # --------------------------------------------------------------------------------------
 # Public entry point
 # --------------------------------------------------------------------------------------
-def _stack_fits(x, weights, biases) -> bool:
-    """True when every layer passes ``check_mlp_inputs``'s checks (x itself checked already)."""
-    dtype, device, width = x.dtype, x.device, x.shape[-1]
-    for w, b in zip(weights, biases):
-        if not (isinstance(w, torch.Tensor) and w.dtype == dtype and w.dim() == 2 and w.shape[1] == width
-                and w.shape[0] and w.device == device):
-            return False
-        if b is not None and not (isinstance(b, torch.Tensor) and b.dtype == dtype and b.dim() == 1
-                                  and b.shape[0] == w.shape[0] and b.device == device):
-            return False
-        width = w.shape[0]
-    return True
+def _layer_fits(w, b, dtype, device, width) -> bool:
+    """True when layer (w, b) passes ``check_mlp_inputs``'s checks, tested without building
+    the error messages' names (the common case: validation runs on every call)."""
+    return (isinstance(w, torch.Tensor) and w.dtype == dtype and w.dim() == 2 and w.shape[1] == width
+            and w.shape[0] and w.device == device
+            and (b is None or (isinstance(b, torch.Tensor) and b.dtype == dtype and b.dim() == 1
+                               and b.shape[0] == w.shape[0] and b.device == device)))
 
 
 def check_mlp_inputs(x, weights, biases) -> list:
@@ -647,10 +642,11 @@ def check_mlp_inputs(x, weights, biases) -> list:
         raise TypeError("biases must be None or a list or tuple with one [out] tensor (or None) per layer")
     elif len(biases) != len(weights):
         raise ValueError(f"biases has {len(biases)} entries but there are {len(weights)} weights")
-    if _stack_fits(x, weights, biases):  # the common case, without building the messages' names
-        return list(biases)
-    width = x.shape[-1]
+    dtype, device, width = x.dtype, x.device, x.shape[-1]
     for i, (w, b) in enumerate(zip(weights, biases)):
+        if _layer_fits(w, b, dtype, device, width):
+            width = w.shape[0]
+            continue
         check_tensor(w, f"weights[{i}]", ndim=2)
         if b is not None:
             check_tensor(b, f"biases[{i}]", ndim=1)
