@@ -397,7 +397,7 @@ def test_tma_kernels(device, monkeypatch, dtype, recompute, bias):
 
 def test_pingpong_kernel_compiles_for_hopper():
     """The Gluon ping-pong GLU forward compiles for sm_90a with the installed Triton (GEGLU's
-    and SwiGLU's activations, h stored and not; its cooperative form too), and so do the backward's dh kernels: h
+    and SwiGLU's activations, h stored and not; its cooperative forms too), and so do the backward's dh kernels: h
     recomputed on the tile (with a bias and without), and h kept with g formed on the tile (z stored and not).
     The recompute dh kernel's epilogue order keeps ptxas's stack small with GEGLU's activation
     (benchmarks/NOTES.md, "Spills in the epilogues": at most 24 bytes with Triton 3.6 and 0 with 3.9, where the
@@ -405,6 +405,7 @@ def test_pingpong_kernel_compiles_for_hopper():
     full run of this file on the H200 measured 24 for gelu_tanh too: the bound is 24)."""
     compile_pingpong_for_hopper("glu", "glu_fwd_pingpong_kernel", "GLU_PINGPONG_CONFIG", ["gelu_tanh", "silu"])
     compile_pingpong_for_hopper("glu", "glu_fwd_pingpong_kernel", "GLU_COOPERATIVE_CONFIG", ["gelu_tanh", "silu"])
+    compile_pingpong_for_hopper("glu", "glu_fwd_pingpong_kernel", "GLU_WIDE_COOPERATIVE_CONFIG", ["gelu_tanh", "silu"])
     compile_pingpong_for_hopper("glu", "glu_bwd_dh_recompute_pingpong_kernel", "GLU_DH_RECOMPUTE_PINGPONG_CONFIG",
                                 ["gelu_tanh", "silu"], max_stack=24)
     compile_pingpong_for_hopper("glu", "glu_bwd_dh_pingpong_kernel", "GLU_DH_PINGPONG_CONFIG", ["silu", "gelu_tanh"])
@@ -470,8 +471,8 @@ def test_fastest_form_times_once_per_key(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_every_forward_form_on_gpu(monkeypatch, dtype):
-    """Each form of the GLU forward on compute capability 9.0 (alternating and cooperative
-    ping-pong, the Triton TMA kernel), forced, in both memory modes (the store mode's h
+    """Each form of the GLU forward on compute capability 9.0 (alternating, cooperative and
+    wide cooperative ping-pong, the Triton TMA kernel), forced, in both memory modes (the store mode's h
     comes from the forward): output and gradients match float64; row counts leave the last
     cooperative tile's second half partly or wholly past M (1000 = 3 x 256 + 232 rows; 333);
     on 3 SMs each program walks several tiles. Untimed (autotuning off, as in the suite),
@@ -482,9 +483,10 @@ def test_every_forward_form_on_gpu(monkeypatch, dtype):
     recording_pingpong_launches(monkeypatch)
     forms = []
     real_pingpong, real_tma = glu_ops.launch_pingpong, glu_ops._fwd_tma_launcher.launch
+    form_of = {id(config): name for name, config in glu_ops.GLU_FORWARD_PINGPONG_FORMS.items()}
     monkeypatch.setattr(glu_ops, "launch_pingpong", lambda kernel, config, *args, **kwargs: (
-        forms.append("cooperative" if config.get("COOPERATIVE") else "alternating")
-        if kernel is glu_ops.glu_fwd_pingpong_kernel else None) or real_pingpong(kernel, config, *args, **kwargs))
+        forms.append(form_of[id(config)]) if kernel is glu_ops.glu_fwd_pingpong_kernel else None)
+        or real_pingpong(kernel, config, *args, **kwargs))
     monkeypatch.setattr(glu_ops._fwd_tma_launcher, "launch",
                         lambda *args, **kwargs: forms.append("tma") or real_tma(*args, **kwargs))
     cast = lambda t: None if t is None else t.to(dtype)  # noqa: E731
@@ -506,7 +508,7 @@ def test_every_forward_form_on_gpu(monkeypatch, dtype):
 
 @pytest.mark.gpu
 def test_forward_form_timed_on_first_call_on_gpu(monkeypatch):
-    """Autotuning on: the first GLU forward of a shape key times the three forms on the
+    """Autotuning on: the first GLU forward of a shape key times every form on the
     caller's tensors and files the fastest; its output (and the next call's, one launch)
     match float64; inside a CUDA graph capture a new key takes the rule, untimed, and files
     nothing, and the replayed graph's output matches too."""

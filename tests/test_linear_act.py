@@ -203,10 +203,12 @@ def test_pingpong_kernel_compiles_for_hopper():
 
 
 def test_cooperative_kernel_compiles_for_hopper():
-    """The ping-pong forward's cooperative form (both consumers on each tile of 2 x 128 rows,
-    3 stages) compiles for sm_90a within the shared memory, with at most 16 bytes of stack."""
-    compile_pingpong_for_hopper("linear_act", "linear_act_fwd_pingpong_kernel", "LINEAR_COOPERATIVE_CONFIG",
-                                ["gelu_tanh", "gelu", "relu"], max_stack=16)
+    """The ping-pong forward's cooperative forms (both consumers on each tile of 2 x 128 rows
+    by 128 columns, or 2 x 64 by 256; 3 stages) compile for sm_90a within the shared memory,
+    with at most 16 bytes of stack."""
+    for config in ("LINEAR_COOPERATIVE_CONFIG", "LINEAR_WIDE_COOPERATIVE_CONFIG"):
+        compile_pingpong_for_hopper("linear_act", "linear_act_fwd_pingpong_kernel", config,
+                                    ["gelu_tanh", "gelu", "relu"], max_stack=16)
 
 
 def test_dpre_recompute_kernel_compiles_for_hopper():
@@ -252,7 +254,7 @@ def test_dpre_recompute_pingpong_on_gpu(monkeypatch, dtype, activation):
 @pytest.mark.parametrize("activation", ["gelu_tanh", "relu", "identity"])
 def test_every_forward_form_on_gpu(monkeypatch, dtype, activation):
     """Each form of the linear forward on compute capability 9.0 (the Triton TMA kernel, the
-    ping-pong kernel alternating or cooperative), forced: output and gradients match float64
+    ping-pong kernel alternating, cooperative or cooperative on wide tiles), forced: output and gradients match float64
     with and without bias and pre-activation; row counts leave the last cooperative tile's
     second half partly or wholly past M (1000 = 3 x 256 + 232 rows; 999; 129); on 3 SMs each
     program walks several tiles. Untimed (autotuning off, as in the suite) the rule picks the
@@ -279,7 +281,7 @@ def test_every_forward_form_on_gpu(monkeypatch, dtype, activation):
 
 @pytest.mark.gpu
 def test_forward_form_timed_on_first_call_on_gpu(monkeypatch):
-    """Autotuning on: the first linear forward of a shape key times the three forms and files
+    """Autotuning on: the first linear forward of a shape key times every form and files
     the fastest (ops/_common.py FastestForm, shared with the GLU forward); output correct."""
     import fusedmlp.kernels.configs as configs
     import fusedmlp.ops.linear_act as ops

@@ -1,5 +1,7 @@
 """Fused LoRA linear: output and dx, dW, db, dA, dB against a float64 reference; LoRALinear; PEFT patching."""
 
+import contextlib
+
 import pytest
 import torch
 from helpers import (
@@ -140,8 +142,11 @@ def test_both_forward_paths(device, monkeypatch, limits, tma):
 
 def test_pingpong_kernel_compiles_for_hopper():
     """The Gluon ping-pong LoRA forward (xs @ B.T as its main loop's tail steps) compiles for
-    sm_90a with the installed Triton, pre stored and not."""
+    sm_90a with the installed Triton, pre stored and not, alternating tiles and on wide
+    cooperative tiles (its form beyond LORA_PINGPONG_MAX_K)."""
     compile_pingpong_for_hopper("lora", "lora_fwd_pingpong_kernel", "LINEAR_PINGPONG_CONFIG", ["gelu_tanh", "relu"])
+    compile_pingpong_for_hopper("lora", "lora_fwd_pingpong_kernel", "LINEAR_WIDE_COOPERATIVE_CONFIG",
+                                ["gelu_tanh", "relu"])
 
 
 @pytest.mark.gpu
@@ -161,6 +166,37 @@ def test_pingpong_forward_on_gpu(monkeypatch, activation, save_preact):
         tensors, g = make_inputs((300,), 200, 392, r, "cuda")
         run_check(tensors, g, torch.bfloat16, activation, scale=2.0, save_preact=save_preact, what=f"ping-pong r={r}")
         assert (ops.lora_fwd_pingpong_kernel in kernels) == (r % 8 == 0), (r, kernels)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation,save_preact", [("identity", False), ("gelu_tanh", True)])
+def test_forms_beyond_the_pingpong_width_on_gpu(monkeypatch, activation, save_preact):
+    """Inputs wider than LORA_PINGPONG_MAX_K (lowered to 128 here), xs from cuBLAS: each form of
+    LORA_FORWARD_FORMS (the Triton kernel; the ping-pong kernel on wide cooperative tiles of
+    2 x 64 rows, the last one partial at 1000 rows), forced, at r = 24 (one rank step) and 72
+    (two): outputs and every gradient against float64, on 3 SMs. Untimed, the rule: the Triton
+    kernel. With autotuning on, a shape's first call times both forms and keeps the faster."""
+    import fusedmlp.kernels.configs as configs
+    import fusedmlp.ops.lora as ops
+    from fusedmlp.ops._common import FastestForm
+
+    kernels = recording_pingpong_launches(monkeypatch, ops)
+    monkeypatch.setattr(ops, "IN_LOOP_MAX_MACS", 0)  # xs from cuBLAS at every size
+    monkeypatch.setattr(ops, "LORA_PINGPONG_MAX_K", 128)
+    for r in (24, 72):
+        tensors, g = make_inputs((1000,), 200, 392, r, "cuda")
+        for form in (*ops.LORA_FORWARD_FORMS, None):
+            kernels.clear()
+            with ops.lora_forward_form.forcing(form) if form else contextlib.nullcontext():
+                run_check(tensors, g, torch.bfloat16, activation, scale=2.0, save_preact=save_preact,
+                          what=f"{form or 'rule'} r={r}")
+            assert kernels == ([ops.lora_fwd_pingpong_kernel] if form == "wide" else []), (form, kernels)
+    monkeypatch.setattr(configs, "AUTOTUNE", True)
+    chooser = FastestForm()
+    monkeypatch.setattr(ops, "lora_forward_form", chooser)
+    run_check(tensors, g, torch.bfloat16, activation, scale=2.0, save_preact=save_preact, what="timed")
+    (key, times), = chooser.times.items()
+    assert set(times) == set(ops.LORA_FORWARD_FORMS) and chooser.chosen[key] == min(times, key=times.get)
 
 
 @pytest.mark.gpu

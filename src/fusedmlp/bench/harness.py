@@ -156,17 +156,19 @@ def environment() -> dict:
 
 def forward_forms() -> dict:
     """Per op, the forward's form chosen per shape key in this process (the GLU forward,
-    ops/glu.py, and linear_act's, ops/linear_act.py), with the median ms per launch of each
-    form that the choosing call measured; ops that chose nothing are left out."""
+    ops/glu.py, linear_act's, ops/linear_act.py, and LoRA's beyond its ping-pong width,
+    ops/lora.py), with the median ms per launch of each form that the choosing call measured;
+    ops that chose nothing are left out."""
     from ..ops.glu import glu_forward_form
     from ..ops.linear_act import linear_forward_form
+    from ..ops.lora import lora_forward_form
 
     def row(chooser, key, times):
         parts = (str(part).replace("torch.", "") if isinstance(part, torch.dtype) else part for part in key)
         return dict(zip(chooser.fields, parts), chosen=chooser.chosen[key],
                     ms={name: round(ms, 4) for name, ms in times.items()})
 
-    choosers = {"glu": glu_forward_form, "linear_act": linear_forward_form}
+    choosers = {"glu": glu_forward_form, "linear_act": linear_forward_form, "lora": lora_forward_form}
     return {op: [row(chooser, key, times) for key, times in chooser.times.items()]
             for op, chooser in choosers.items() if chooser.times}
 

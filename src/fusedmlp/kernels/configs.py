@@ -236,6 +236,10 @@ LINEAR_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "STAGES
 # (benchmarks/NOTES.md, "The linear and LoRA ping-pong forwards, cooperative"); ops/linear_act.py
 # times the forms per shape, the alternating one the rule where nothing is timed.
 LINEAR_COOPERATIVE_CONFIG = dict(LINEAR_PINGPONG_CONFIG, STAGES=3, COOPERATIVE=True)
+# its wide variant (2 x 64 rows by 256 columns, see GLU_WIDE_COOPERATIVE_CONFIG below): 48 KiB a
+# stage, 3 stages beside the two 32 KiB output buffers; GROUP_M 16 beat 8 at 6 of 8 shapes
+# (not at 4096 -> 14336 without pre stored, where the TMA kernel beat both).
+LINEAR_WIDE_COOPERATIVE_CONFIG = dict(LINEAR_COOPERATIVE_CONFIG, BLOCK_M=64, BLOCK_N=256, GROUP_M=16)
 # The backward's dpre with pre recomputed on the tile (save_preact=False with gelu, gelu_tanh or
 # silu): one output buffer per consumer, into which g is read and over which dpre is written.
 # The forward's 128 x 128 tiles (4 stages of 32 KiB + 2 x 32 KiB), except for K <= 512 (the
@@ -266,6 +270,18 @@ GLU_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "STAGES": 5
 # is the H200's rule, used where nothing is timed (graph capture, FUSEDMLP_AUTOTUNE=0).
 GLU_COOPERATIVE_CONFIG = dict(GLU_PINGPONG_CONFIG, STAGES=4, COOPERATIVE=True)
 GLU_COOPERATIVE_MIN_K = 2048
+# The cooperative forms' wide variant (GLU and linear forwards, one form more each that ops/glu.py
+# and ops/linear_act.py time per shape; the LoRA forward's ping-pong form beyond
+# LORA_PINGPONG_MAX_K): a tile of 2 x 64 rows by 256 columns (GLU: 128 per weight), so each
+# consumer runs one m64n256 MMA per K step where the 2 x 128-row tile runs two m64n128, which
+# read the weight tile from shared memory twice: 17% less shared-memory traffic per
+# multiply-add, the same L2 traffic per output. H100, bf16, against cuBLAS
+# (benchmarks/wide_cooperative_sweep.py; benchmarks/NOTES.md, "128 x 256 cooperative tiles"):
+# GLU 16384 x 4096 -> 2 x 16384 1.001x (best form before 1.028x), SwiGLU's 4096 -> 2 x 14336
+# 0.991x (1.007x); linear with GROUP_M 16 32768 x 4096 -> 4096 1.028x (1.049x), 2048 -> 8192
+# 1.046x (1.057x), slower at 4096 -> 14336 (1.076x against 1.034x); LoRA at K = 4096, r = 16,
+# 1.075-1.097x (the Triton kernel 1.093-1.111x).
+GLU_WIDE_COOPERATIVE_CONFIG = dict(GLU_COOPERATIVE_CONFIG, BLOCK_M=64, BLOCK_N=128)
 # The backward's dh with g = gy @ Wd on the tile (SwiGLU with h kept): each consumer holds g
 # in registers and has three [BLOCK_M, BLOCK_N] buffers (x1 and x2 in, dh1, dh2 and z out), so
 # 128 x 64 tiles and 5 stages fill the shared memory. At d = 512 and 1024 (the main loop short,

@@ -55,6 +55,7 @@ from ..kernels.configs import (
     LINEAR_IEEE_CONFIGS,
     LINEAR_PINGPONG_CONFIG,
     LINEAR_TMA_CONFIGS,
+    LINEAR_WIDE_COOPERATIVE_CONFIG,
     Launcher,
 )
 from ..kernels.linear_act import (
@@ -111,10 +112,12 @@ FUSED_DGRAD = os.environ.get("FUSEDMLP_FUSED_DGRAD", "0") not in ("", "0")
 _dgrad_tma_launcher = Launcher(linear_act_dgrad_tma_kernel, LINEAR_DGRAD_TMA_CONFIGS, key=_DGRAD_KEY,
                                fixed=_DGRAD_FIXED)
 # The forward's forms on compute capability 9.0 (as the GLU forward's, ops/glu.py): the Triton
-# TMA kernel and the ping-pong kernel alternating tiles or cooperative (configs.py). On an H200
-# the alternating form was the fastest with gelu_tanh at every K measured, so it is the rule
-# where nothing is timed; the first call of each shape key times the three.
-LINEAR_FORWARD_PINGPONG_FORMS = {"alternating": LINEAR_PINGPONG_CONFIG, "cooperative": LINEAR_COOPERATIVE_CONFIG}
+# TMA kernel and the ping-pong kernel alternating tiles, cooperative or cooperative on wide
+# tiles (configs.py). On an H200 the alternating form was the fastest with gelu_tanh at every K
+# measured, so it is the rule where nothing is timed; the first call of each shape key times
+# the four.
+LINEAR_FORWARD_PINGPONG_FORMS = {"alternating": LINEAR_PINGPONG_CONFIG, "cooperative": LINEAR_COOPERATIVE_CONFIG,
+                                 "wide": LINEAR_WIDE_COOPERATIVE_CONFIG}
 LINEAR_FORWARD_FORMS = ("tma", *LINEAR_FORWARD_PINGPONG_FORMS)
 linear_forward_form = FastestForm(fields=("device", "dtype", "m_key", "n", "k", "activation", "bias", "store_pre"))
 

@@ -11,7 +11,9 @@ of two places:
 - from cuBLAS first (``[M, r]``, one more read of x), which the kernel reads in its epilogue:
   for larger GEMMs, and with dropout, where A multiplies a dropped-out copy of x. On Hopper,
   for inputs up to ``LORA_PINGPONG_MAX_K`` wide and ranks that are multiples of 8, the kernel
-  is the ping-pong one instead, which reads xs and B as the last K steps of its main loop.
+  is the ping-pong one instead, which reads xs and B as the last K steps of its main loop;
+  for wider inputs the ping-pong kernel on wide cooperative tiles and the Triton kernel are
+  timed on a shape's first call and the faster kept (``lora_forward_form``).
 Measured on an H200 in bf16 (benchmarks/lora_rank_paths.py, first tile config, results in
 benchmarks/results/): with x read once the forward took 1.5-1.7x the bare base GEMM at
 8192-32768 tokens x 4096 and 1.7-2.0x at 32768 x 1024, against 1.13-1.16x and 1.57-1.66x
@@ -58,9 +60,16 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..kernels.configs import LINEAR_PINGPONG_CONFIG, LORA_CONFIGS, LORA_TMA_CONFIGS, Launcher
+from ..kernels.configs import (
+    LINEAR_PINGPONG_CONFIG,
+    LINEAR_WIDE_COOPERATIVE_CONFIG,
+    LORA_CONFIGS,
+    LORA_TMA_CONFIGS,
+    Launcher,
+)
 from ..kernels.lora import lora_fwd_kernel, lora_fwd_pingpong_kernel, lora_fwd_tma_kernel
 from ._common import (
+    FastestForm,
     autotune_m_key,
     cdiv,
     check_bool,
@@ -101,6 +110,13 @@ IN_LOOP_WIDE_RANK = 32
 # against 140.9 us at 32768 x 1024 -> 1024, r = 64; at K = 4096, 1.5-3% slower at r = 16 (443.1
 # against 430.4 us at 8192 x 4096 -> 4096; 1753 / 1722 at 32768 rows) and a tie at r = 64.
 LORA_PINGPONG_MAX_K = 1024
+# Beyond it, the ping-pong kernel on the linear forward's wide cooperative tiles (2 x 64 rows by
+# 256 columns, configs.py) against the Triton TMA kernel, timed per shape key (FastestForm, as
+# ops/linear_act.py's forms): on an H100 at 4096 -> 4096, r = 16, 1.075-1.097x the base GEMM
+# against 1.093-1.111x, a tie at r = 64 (benchmarks/NOTES.md, "128 x 256 cooperative tiles");
+# the Triton kernel is the rule where nothing is timed.
+LORA_FORWARD_FORMS = ("tma", "wide")
+lora_forward_form = FastestForm(fields=("device", "dtype", "m_key", "n", "k", "r", "activation", "bias", "store_pre"))
 _FWD_KEY = ["M_KEY", "N", "K", "R_PAD", "ACT", "HAS_BIAS", "STORE_PRE", "LORA_IN_LOOP"]
 _fwd_launcher = Launcher(lora_fwd_kernel, LORA_CONFIGS, key=_FWD_KEY)
 _fwd_tma_launcher = Launcher(lora_fwd_tma_kernel, LORA_TMA_CONFIGS, key=_FWD_KEY)
@@ -152,27 +168,38 @@ def _launch_fwd(x, weight, bias, lora_a, lora_b, xs_given, scale, act, store_pre
                   ACT=act, HAS_BIAS=bias is not None, STORE_PRE=store_pre, LORA_IN_LOOP=in_loop,
                   R_PAD=_rank_block(r))
     b_ptr = bias if bias is not None else y
-    if (not in_loop and k <= LORA_PINGPONG_MAX_K
-            and pingpong_eligible(x, weight, y, xs, lora_b, *((pre,) if store_pre else ()))):
+
+    def launch_pingpong_form(config):
         # xs @ B.T as the main loop's last K steps (kernels/lora.py); r a multiple of 8 here
         launch_pingpong(
-            lora_fwd_pingpong_kernel, LINEAR_PINGPONG_CONFIG, m, n, num_sms(x),
+            lora_fwd_pingpong_kernel, config, m, n, num_sms(x),
             {"x_desc": x, "xs_desc": xs}, {"w_desc": weight, "lora_b_desc": lora_b},
             {"y_desc": y, "pre_desc": pre if store_pre else y},
             b_ptr=b_ptr, M=m, N=n, K=k, R=r, ACT=act, HAS_BIAS=bias is not None, STORE_PRE=store_pre,
         )
+
+    pingpong = not in_loop and pingpong_eligible(x, weight, y, xs, lora_b, *((pre,) if store_pre else ()))
+    if pingpong and k <= LORA_PINGPONG_MAX_K:
+        launch_pingpong_form(LINEAR_PINGPONG_CONFIG)
         return y, pre, xs
     lora_strides = dict(stride_lbn=lora_b.stride(0), stride_lbr=lora_b.stride(1), stride_xsm=xs.stride(0))
     if tma_eligible(x, weight, y, *((lora_a,) if in_loop else ()), *((pre,) if store_pre else ())):
-        _fwd_tma_launcher.launch(
-            persistent_grid(num_sms(x), m, n),
-            # *_desc: plain tensors, made descriptors by the launcher (kernels/launch.py); an unused
-            # one (A, pre) is any tensor of valid shape
-            x_desc=x, w_desc=weight, lora_a_desc=lora_a if in_loop else x,
-            b_ptr=b_ptr, lora_b_ptr=lora_b, xs_ptr=xs, y_desc=y,
-            pre_desc=pre if store_pre else y,
-            **lora_strides, **common, **dot_meta(x.dtype),
-        )
+
+        def launch(form):
+            if form == "wide":
+                return launch_pingpong_form(LINEAR_WIDE_COOPERATIVE_CONFIG)
+            return _fwd_tma_launcher.launch(
+                persistent_grid(num_sms(x), m, n),
+                # *_desc: plain tensors, made descriptors by the launcher (kernels/launch.py); an
+                # unused one (A, pre) is any tensor of valid shape
+                x_desc=x, w_desc=weight, lora_a_desc=lora_a if in_loop else x,
+                b_ptr=b_ptr, lora_b_ptr=lora_b, xs_ptr=xs, y_desc=y,
+                pre_desc=pre if store_pre else y,
+                **lora_strides, **common, **dot_meta(x.dtype),
+            )
+
+        key = (x.device.index, x.dtype, common["M_KEY"], n, k, r, act, bias is not None, store_pre)
+        lora_forward_form.run(key, LORA_FORWARD_FORMS if pingpong else ("tma",), "tma", launch)
         return y, pre, xs
     grid = lambda meta: (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
     _fwd_launcher.launch(
