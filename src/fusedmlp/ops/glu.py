@@ -112,11 +112,12 @@ _stream_launchers = {
 # the alternating ping-pong kernel (two consumers on alternate tiles, one's epilogue beside
 # the other's main loop), the cooperative one (both consumers on one tile of 2 x 128 rows,
 # configs.py), its wide variant (2 x 64 rows, 128 columns per weight: one m64n256 MMA per K
-# step; on an H100 up to 2.7% faster than the others at K = 4096) and the Triton TMA kernel. Their order depends on the device: on an H200 the
-# cooperative form wins by 1-2% at K >= 2048 with y alone and loses elsewhere (the rule
-# below); on an H100 it wins by 6-30% from K = 1024, h stored or not (benchmarks/NOTES.md,
-# "The GLU forward's form on an H100"). So the first call of each shape key times the four
-# and keeps the fastest (ops/_common.py FastestForm); the rule serves where nothing is timed.
+# step; on an H100 up to 2.7% faster than the others at K = 4096) and the Triton TMA kernel.
+# Their order depends on the device: on an H200 the cooperative form wins by 1-2% at
+# K >= 2048 with y alone and loses elsewhere (the rule below); on an H100 it wins by 6-30%
+# from K = 1024, h stored or not (benchmarks/NOTES.md, "The GLU forward's form on an H100").
+# So the first call of each shape key times the four and keeps the fastest (ops/_common.py
+# FastestForm); the rule serves where nothing is timed.
 GLU_FORWARD_PINGPONG_FORMS = {"alternating": GLU_PINGPONG_CONFIG, "cooperative": GLU_COOPERATIVE_CONFIG,
                               "wide": GLU_WIDE_COOPERATIVE_CONFIG}
 GLU_FORWARD_FORMS = ("tma", *GLU_FORWARD_PINGPONG_FORMS)
