@@ -84,7 +84,7 @@ for name, m, out, bias, act, store_z in GLU_SHAPES:
                                (8, 256, 4), (32, 64, 2), (16, 64, 2), (128, 128, 8), (64, 64, 4)):
             cfg = triton.Config({"SUB_M": sub, "BLOCK_N": bn}, num_warps=warps, num_stages=1)
             f2 = lambda: glu_ops._launch_bwd_dh(g, x, w1, w1, b1, b1, h, act, None, store_z, dh, z if store_z else None)  # noqa: E731,E501
-            with glu_ops._stream_launchers[bias].forcing(cfg):
+            with glu_ops._stream_launchers[bias, False].forcing(cfg):
                 f2()
                 torch.cuda.synchronize()
                 t = do_bench(f2, warmup=30, rep=200)

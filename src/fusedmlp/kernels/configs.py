@@ -46,10 +46,17 @@ _GLU_BWD_TILES = [
 # on an H200 (bf16, 2026-11-21, diag sweep of 8-10 configs; the old one-tile kernel took
 # 1.35 ms at 65536 x 4096 and 0.383 ms at 8192 x 14336): with bias (GEGLU at 65536 x 4096)
 # 8 x 128 on 2 warps, 0.807 ms; without (SwiGLU, z stored too) 16 x 128 on 4 warps, 0.364 ms
-# at 8192 x 14336.
+# at 8192 x 14336. Keyed (has_bias, in_place): those were timed writing new tensors, and on an
+# H100 (bf16, 2026-11-23, 14 configs each way, benchmarks/NOTES.md "The backward streams
+# written over their inputs") the same stream writing dh over h ran 1.4-1.7x slower with 8 x 128
+# on 2 warps (GEGLU d = 1024, N = 32768: 0.865 against 0.503 ms), while 16 x 128 on 2 warps ran
+# alike either way and was the fastest in place at all four GEGLU shapes timed (0.539 there;
+# 1.042 against 1.416 at d = 4096, N = 16384). Without a bias no config slowed down in place.
 _GLU_STREAM_TILES = {
-    True: [({"SUB_M": 8, "BLOCK_N": 128}, 2, 1)],
-    False: [({"SUB_M": 16, "BLOCK_N": 128}, 4, 1)],
+    (True, False): [({"SUB_M": 8, "BLOCK_N": 128}, 2, 1)],
+    (True, True): [({"SUB_M": 16, "BLOCK_N": 128}, 2, 1)],
+    (False, False): [({"SUB_M": 16, "BLOCK_N": 128}, 4, 1)],
+    (False, True): [({"SUB_M": 16, "BLOCK_N": 128}, 4, 1)],
 }
 
 # fp32 inputs at PyTorch's "highest" matmul precision (DOT_PRECISION "ieee"): Triton runs
@@ -121,8 +128,11 @@ _LINEAR_DPRE_TILES = [
     ({"SUB_M": 128, "BLOCK_N": 128}, 8, 1),
 ]
 # The dpre stream written over the saved pre-activation: one config, never tuned (see the GLU
-# stream); 16 x 128 on 4 warps was within 2% of the best config at each shape above.
-_LINEAR_DPRE_IN_PLACE_TILES = [({"SUB_M": 16, "BLOCK_N": 128}, 4, 1)]
+# stream). 32 x 128 on 2 warps: on an H100 (bf16, 2026-11-23, in place, 14 configs, then three
+# interleaved rounds against the 16 x 128 on 4 warps kept before) 1-4% faster at each shape
+# timed: 0.499 against 0.512 ms at 16384 x 14336 (gelu_tanh), 0.0795 against 0.0828 at
+# 16384 x 1792, 0.580 against 0.589 at 65536 x 4096 (relu).
+_LINEAR_DPRE_IN_PLACE_TILES = [({"SUB_M": 32, "BLOCK_N": 128}, 2, 1)]
 
 # Whole-MLP kernels (kernels/mlp.py): a program carries BLOCK_M rows through every layer, so
 # BLOCK_M trades occupancy (small batches want many programs) against weight traffic (each
@@ -205,7 +215,7 @@ LINEAR_IEEE_CONFIGS = _configs(_LINEAR_IEEE_TILES)
 GLU_TMA_CONFIGS = _configs(_GLU_TILES, tma=True)
 GLU_BWD_CONFIGS = _configs(_GLU_BWD_TILES)
 GLU_BWD_TMA_CONFIGS = _configs(_GLU_BWD_TILES, tma=True)
-GLU_STREAM_CONFIGS = {has_bias: _configs(tiles) for has_bias, tiles in _GLU_STREAM_TILES.items()}
+GLU_STREAM_CONFIGS = {case: _configs(tiles) for case, tiles in _GLU_STREAM_TILES.items()}
 LINEAR_CONFIGS = _configs(_LINEAR_TILES)
 LINEAR_TMA_CONFIGS = _configs(_LINEAR_TILES, tma=True, flatten=True)
 LORA_CONFIGS = _configs(_LORA_TILES)

@@ -102,10 +102,11 @@ _fwd_tma_launcher = Launcher(glu_fwd_tma_kernel, GLU_TMA_CONFIGS, key=_TUNE_KEY 
 _bwd_launcher = Launcher(glu_bwd_dh_kernel, GLU_BWD_CONFIGS, key=_BWD_KEY, fixed=_BWD_FIXED,
                          ieee_configs=GLU_BWD_IEEE_CONFIGS)
 _bwd_tma_launcher = Launcher(glu_bwd_dh_tma_kernel, GLU_BWD_TMA_CONFIGS, key=_BWD_KEY, fixed=_BWD_FIXED)
-# one config per case (with bias or not), never tuned: the stream may write over its inputs
+# one config per case (with bias or not; dh written over h or not), never tuned: the stream
+# may write over its inputs
 _stream_launchers = {
-    has_bias: Launcher(glu_bwd_stream_kernel, configs, key=["OUT", "HAS_BIAS", "ACT", "STORE_Z"], fixed=_BWD_FIXED)
-    for has_bias, configs in GLU_STREAM_CONFIGS.items()
+    case: Launcher(glu_bwd_stream_kernel, configs, key=["OUT", "HAS_BIAS", "ACT", "STORE_Z"], fixed=_BWD_FIXED)
+    for case, configs in GLU_STREAM_CONFIGS.items()
 }
 
 # The GLU forward on compute capability 9.0 has four forms that write the same y (and h):
@@ -219,7 +220,7 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
                 )
                 return dh, db_partial, z
             g = g @ wd if g_scratch is None else torch.mm(g, wd, out=g_scratch)
-        _stream_launchers[has_bias].launch(
+        _stream_launchers[has_bias, dh is h].launch(
             grid, g, h, dh, z if store_z else dh, db_partial if has_bias else dh,
             M=m, OUT=out, stride_gm=g.stride(0), stride_gn=g.stride(1), stride_hm=h.stride(0),
             stride_dhm=dh.stride(0), stride_zm=z.stride(0) if store_z else 0,
