@@ -254,10 +254,10 @@ def test_dpre_recompute_pingpong_on_gpu(monkeypatch, dtype, activation):
 @pytest.mark.parametrize("activation", ["gelu_tanh", "relu", "identity"])
 def test_every_forward_form_on_gpu(monkeypatch, dtype, activation):
     """Each form of the linear forward on compute capability 9.0 (the Triton TMA kernel, the
-    ping-pong kernel alternating, cooperative or cooperative on wide tiles), forced: output and gradients match float64
-    with and without bias and pre-activation; row counts leave the last cooperative tile's
-    second half partly or wholly past M (1000 = 3 x 256 + 232 rows; 999; 129); on 3 SMs each
-    program walks several tiles. Untimed (autotuning off, as in the suite) the rule picks the
+    ping-pong kernel alternating, cooperative or cooperative on wide tiles), forced: output
+    and gradients match float64 with and without bias and pre-activation; row counts leave the
+    last cooperative tile's second half partly or wholly past M (1000 = 3 x 256 + 232 rows;
+    999; 129); on 3 SMs each program walks several tiles. Untimed (autotuning off, as in the suite) the rule picks the
     alternating form."""
     import fusedmlp.ops.linear_act as ops
 

@@ -220,7 +220,7 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
                 )
                 return dh, db_partial, z
             g = g @ wd if g_scratch is None else torch.mm(g, wd, out=g_scratch)
-        _stream_launchers[has_bias, dh is h].launch(
+        _stream_launchers[has_bias, dh.data_ptr() == h.data_ptr()].launch(  # written over h or not
             grid, g, h, dh, z if store_z else dh, db_partial if has_bias else dh,
             M=m, OUT=out, stride_gm=g.stride(0), stride_gn=g.stride(1), stride_hm=h.stride(0),
             stride_dhm=dh.stride(0), stride_zm=z.stride(0) if store_z else 0,
