@@ -23,28 +23,24 @@ import fusedmlp
 import fusedmlp.ops.mlp as M
 import fusedmlp.ops.linear_act as LA
 
-ACC = {}
-def wrap(mod, name, label=None):
-    fn = getattr(mod, name)
-    label = label or name
-    @functools.wraps(fn)
-    def w(*a, **k):
-        t = time.perf_counter_ns()
-        try:
-            return fn(*a, **k)
-        finally:
-            ACC[label] = ACC.get(label, 0) + time.perf_counter_ns() - t
-    setattr(mod, name, w)
+ACC = {}  # label -> nanoseconds spent inside the wrapped callable since the last clear
 
-def wrap_method(obj, name, label):
-    fn = getattr(obj, name)
-    def w(*a, **k):
-        t = time.perf_counter_ns()
+
+def timed(owner, name, label=None):
+    """Replace ``owner.name`` (a module's function or an object's method) by a wrapper that adds
+    its inclusive time to ACC[label] (label defaults to name)."""
+    fn = getattr(owner, name)
+    label = label or name
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter_ns()
         try:
-            return fn(*a, **k)
+            return fn(*args, **kwargs)
         finally:
-            ACC[label] = ACC.get(label, 0) + time.perf_counter_ns() - t
-    setattr(obj, name, w)
+            ACC[label] = ACC.get(label, 0) + time.perf_counter_ns() - start
+    setattr(owner, name, wrapper)
+
 
 def per_call(fn, calls=100, runs=7):
     fn(); torch.cuda.synchronize()
@@ -96,11 +92,11 @@ def main():
             return grad.clone()
     if instrument:
         for name in ("check_mlp_inputs", "mlp_forward_impl", "mlp_backward_impl", "_launch_backward", "_split_grads", "launch"):
-            wrap(M, name)
-        wrap_method(M._fwd_launcher, "launch", "fwd launcher")
-        wrap_method(M._dgrad_launcher, "launch", "dgrad launcher")
+            timed(M, name)
+        timed(M._fwd_launcher, "launch", "fwd launcher")
+        timed(M._dgrad_launcher, "launch", "dgrad launcher")
         for name in ("linear_act_forward_impl", "backward_formula", "recompute_dpre", "_launch_fwd"):
-            wrap(LA, name, "LA." + name)
+            timed(LA, name, "LA." + name)
     rows = {
         "mlp fwd+bwd": lambda: torch.autograd.grad(fusedmlp.mlp(x, ws, bs, "relu", "relu"), [x] + ws + bs, g),
         "mlp fwd": lambda: fusedmlp.mlp(x, ws, bs, "relu", "relu"),
