@@ -163,13 +163,15 @@ def glu_dx_from_pair_kernel(a_desc, b_desc, gy_desc, w_desc, dx_desc, dh1_desc, 
 
 def dx_from_pair(pair, gy, weight, config, write_dh=True, dx=None, dh=None):
     """dx = (gy * a) @ W1 + (gy * b) @ W2 with pair = [a | b] ([M, 2 out]), weight [2 out, d];
-    also dh = [gy * a | gy * b] if write_dh. Returns (dx, dh)."""
+    also dh = [gy * a | gy * b] if write_dh. Returns (dx, dh), dh None without write_dh."""
     m, two_out = pair.shape
     out, d = two_out // 2, weight.shape[1]
     block_m, block_n, block_k = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     dx = torch.empty((m, d), dtype=gy.dtype, device=gy.device) if dx is None else dx
-    dh = (torch.empty((m, two_out), dtype=gy.dtype, device=gy.device) if write_dh else dx) if dh is None else dh
+    if write_dh and dh is None:
+        dh = torch.empty((m, two_out), dtype=gy.dtype, device=gy.device)
     grid = (min(num_sms(gy), cdiv(m, block_m) * cdiv(d, block_n)),)
+    # without write_dh the dh descriptors are never read: any tensor of a valid shape will do
     dh_halves = (dh[:, :out], dh[:, out:]) if write_dh else (pair[:, :out], pair[:, out:])
     launch(glu_dx_from_pair_kernel, grid, a_desc=pair[:, :out], b_desc=pair[:, out:], gy_desc=gy, w_desc=weight,
            dx_desc=dx, dh1_desc=dh_halves[0], dh2_desc=dh_halves[1], M=m, N=d, OUT=out, GROUP_M=config["GROUP_M"],
@@ -178,7 +180,7 @@ def dx_from_pair(pair, gy, weight, config, write_dh=True, dx=None, dh=None):
                                                          "gy_desc": (block_m, block_k), "w_desc": (block_k, block_n),
                                                          "dh1_desc": (block_m, block_k), "dh2_desc": (block_m, block_k),
                                                          "dx_desc": (block_m, block_n)})
-    return dx, dh
+    return dx, dh if write_dh else None
 
 
 CONFIGS = {
