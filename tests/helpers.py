@@ -227,9 +227,10 @@ kernel = getattr(__import__("fusedmlp.kernels." + module, fromlist=[kernel_name]
 name, _, overrides = config_name.partition(":")  # NAME or NAME:{json of changed entries}
 config = dict(getattr(configs, name), **json.loads(overrides or "{}"))
 base = torch.empty(256, 256, dtype=torch.bfloat16)
-def desc(name):  # the main loop's left operand (x, or LoRA's xs), a [K, N] weight (Wd), an [N, K] one, an output
-    rows, cols = (("BLOCK_M", "BLOCK_K") if name in ("x_desc", "gy_desc", "xs_desc") else ("BLOCK_K", "BLOCK_N")
-                  if name == "wd_desc" else ("BLOCK_N", "BLOCK_K") if name.startswith("w") or name == "lora_b_desc"
+def desc(name):  # the main loop's left operands (x, LoRA's xs, dpre, d_xa), [K, N] weights, [N, K] ones, an output
+    rows, cols = (("BLOCK_M", "BLOCK_K") if name in ("x_desc", "gy_desc", "xs_desc", "dpre_in_desc", "d_xa_desc")
+                  else ("BLOCK_K", "BLOCK_N") if name in ("wd_desc", "w_kn_desc", "lora_a_desc")
+                  else ("BLOCK_N", "BLOCK_K") if name.startswith("w") or name == "lora_b_desc"
                   else ("BLOCK_M", "BLOCK_N"))
     block = [config[rows] * (2 if rows == "BLOCK_M" and cols == "BLOCK_K" and config.get("COOPERATIVE") else 1),
              config[cols]]

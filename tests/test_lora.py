@@ -143,10 +143,13 @@ def test_both_forward_paths(device, monkeypatch, limits, tma):
 def test_pingpong_kernel_compiles_for_hopper():
     """The Gluon ping-pong LoRA forward (xs @ B.T as its main loop's tail steps) compiles for
     sm_90a with the installed Triton, pre stored and not, alternating tiles and on wide
-    cooperative tiles (its form beyond LORA_PINGPONG_MAX_K)."""
+    cooperative tiles (its form beyond LORA_PINGPONG_MAX_K); so does the backward's dx kernel
+    (d_xa @ A as its tail steps, W read as [K, N] tiles), without spills."""
     compile_pingpong_for_hopper("lora", "lora_fwd_pingpong_kernel", "LINEAR_PINGPONG_CONFIG", ["gelu_tanh", "relu"])
     compile_pingpong_for_hopper("lora", "lora_fwd_pingpong_kernel", "LINEAR_WIDE_COOPERATIVE_CONFIG",
                                 ["gelu_tanh", "relu"])
+    compile_pingpong_for_hopper("lora", "lora_dgrad_pingpong_kernel", "LORA_DGRAD_PINGPONG_CONFIG", ["identity"],
+                                max_stack=0)
 
 
 @pytest.mark.gpu
@@ -190,7 +193,8 @@ def test_forms_beyond_the_pingpong_width_on_gpu(monkeypatch, activation, save_pr
             with ops.lora_forward_form.forcing(form) if form else contextlib.nullcontext():
                 run_check(tensors, g, torch.bfloat16, activation, scale=2.0, save_preact=save_preact,
                           what=f"{form or 'rule'} r={r}")
-            assert kernels == ([ops.lora_fwd_pingpong_kernel] if form == "wide" else []), (form, kernels)
+            forward = [k for k in kernels if k is not ops.lora_dgrad_pingpong_kernel]  # not the backward's dx
+            assert forward == ([ops.lora_fwd_pingpong_kernel] if form == "wide" else []), (form, kernels)
     monkeypatch.setattr(configs, "AUTOTUNE", True)
     chooser = FastestForm()
     monkeypatch.setattr(ops, "lora_forward_form", chooser)
@@ -215,7 +219,8 @@ def test_step_replayed_from_a_cuda_graph(rows, r):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_identity_backward(device, monkeypatch, dtype, rows, d_out):
     """No activation: dpre is g (no dpre stream is launched); dx is one GEMM against the merged
-    weight W + s * B @ A, or with fewer rows than outputs dpre @ W plus d_xa @ A; every
+    weight W + s * B @ A, or with fewer rows than outputs dpre @ W plus d_xa @ A (on Hopper in
+    bf16 the dgrad kernel with d_xa @ A as its last K steps, test_dgrad_tail_on_gpu); every
     gradient (x, W, b, A, B) against float64."""
     import fusedmlp.ops.linear_act as linear_ops
 
@@ -225,6 +230,68 @@ def test_identity_backward(device, monkeypatch, dtype, rows, d_out):
     monkeypatch.setattr(linear_ops._dpre_launcher, "launch", refuse)
     tensors, g = make_inputs((rows,), 40, d_out, 8, device, grads=(True, True, True, True, True))
     run_check(tensors, g, dtype, None, what="streamless")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("r", [1, 3, 70], ids=lambda r: f"r={r}")
+def test_merged_weight(device, monkeypatch, dtype, r):
+    """The backward's merged weight ``W + s * B @ A`` from lora_merge_kernel (partial tiles, a
+    rank past one 64-wide rank block at r = 70, a weight with a row stride of its own), rounded
+    once: within half an ulp of the float64 value, plus fp32 accumulation error."""
+    import fusedmlp.ops.lora as ops
+
+    launched = []
+    real = ops.launch
+    monkeypatch.setattr(ops, "launch", lambda kernel, *a, **k: launched.append(kernel) or real(kernel, *a, **k))
+    out, d_in, scale = 37, 150, 0.3
+    weight = torch.randn(out, d_in + 6, dtype=torch.float64, device=device)[:, :d_in].to(dtype)
+    lora_a = torch.randn(r, d_in, dtype=torch.float64, device=device).to(dtype)
+    lora_b = torch.randn(out, r, dtype=torch.float64, device=device).to(dtype)
+    merged = ops._merged_weight(weight, lora_b, lora_a, scale, traced=False)
+    assert launched == [ops.lora_merge_kernel] and merged.dtype == dtype and merged.shape == weight.shape
+    expected = weight.double() + scale * lora_b.double() @ lora_a.double()
+    ulp = torch.finfo(dtype).eps * expected.abs()
+    slack = 1e-5 * r * (lora_b.double().abs() @ lora_a.double().abs()) if dtype != torch.float64 else 0.0
+    assert ((merged.double() - expected).abs() <= ulp + slack + 1e-12).all(), (merged.double() - expected).abs().max()
+
+
+def test_dgrad_with_tail_strided_fallback(device):
+    """``dx = dpre @ W + d_xa @ A`` where dpre's rows are not TMA-readable (an odd row stride):
+    cuBLAS with the term as its addend, on every device (on Hopper the aligned case is the
+    kernel: test_dgrad_tail_on_gpu)."""
+    import fusedmlp.ops.lora as ops
+
+    m, out, d_in, r = 50, 24, 40, 8
+    dpre = torch.randn(m, out + 1, dtype=torch.float64, device=device)[:, :out]
+    weight = torch.randn(out, d_in, dtype=torch.float64, device=device)
+    d_xa = torch.randn(m, r, dtype=torch.float64, device=device)
+    lora_a = torch.randn(r, d_in, dtype=torch.float64, device=device)
+    expected = dpre @ weight + d_xa @ lora_a
+    for dtype in (torch.float32, torch.bfloat16):
+        dx = ops._dgrad_with_tail(dpre.to(dtype), weight.to(dtype), d_xa.to(dtype), lora_a.to(dtype))
+        assert_close(dx.double(), expected, dtype, f"strided dpre {dtype}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation,save_preact", [("identity", False), ("gelu_tanh", False), ("relu", True)])
+def test_dgrad_tail_on_gpu(monkeypatch, activation, save_preact):
+    """On Hopper, dx as lora_dgrad_pingpong_kernel with d_xa @ A as its last K steps (one step
+    at r = 8 and 24, two at 72; rows, columns and K partial; fewer rows than outputs and more)
+    where M * cdiv(r, 64) <= DGRAD_TAIL_ROWS_PER_OUTPUT * out and r is a multiple of 8, the
+    merged weight otherwise: outputs and every gradient against float64, on 3 SMs."""
+    import fusedmlp.ops.lora as ops
+
+    kernels = recording_pingpong_launches(monkeypatch, ops)
+    for rows, d_out, r, rule in ((300, 392, 8, None), (600, 104, 24, None), (500, 104, 72, None), (300, 392, 3, None),
+                                 (600, 104, 24, 0)):
+        if rule is not None:
+            monkeypatch.setattr(ops, "DGRAD_TAIL_ROWS_PER_OUTPUT", rule)
+        kernels.clear()
+        tensors, g = make_inputs((rows,), 200, d_out, r, "cuda", grads=(True, True, True, True, True))
+        run_check(tensors, g, torch.bfloat16, activation, scale=2.0, save_preact=save_preact,
+                  what=f"dgrad tail {rows} rows, out {d_out}, r={r}, rule {rule}")
+        tail = r % 8 == 0 and rows * -(-r // 64) <= ops.DGRAD_TAIL_ROWS_PER_OUTPUT * d_out
+        assert (ops.lora_dgrad_pingpong_kernel in kernels) == tail, (rows, d_out, r, kernels)
 
 
 @pytest.mark.parametrize("activation,save_preact", [("gelu", False), ("silu", True)])

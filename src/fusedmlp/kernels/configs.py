@@ -251,6 +251,12 @@ LINEAR_COOPERATIVE_CONFIG = dict(LINEAR_PINGPONG_CONFIG, STAGES=3, COOPERATIVE=T
 # stage, 3 stages beside the two 32 KiB output buffers; GROUP_M 16 beat 8 at 6 of 8 shapes
 # (not at 4096 -> 14336 without pre stored, where the TMA kernel beat both).
 LINEAR_WIDE_COOPERATIVE_CONFIG = dict(LINEAR_COOPERATIVE_CONFIG, BLOCK_M=64, BLOCK_N=256, GROUP_M=16)
+# LoRA's backward dx = dpre @ W + d_xa @ A (lora.py's dgrad kernel, W read as [K, N] tiles): the
+# wide cooperative tiles. H100, bf16, kernel time in CUDA graphs (us; 4096 x 4096 weight, r = 16,
+# 8192 / 32768 rows): without the low-rank steps 406 / 1638-1684 against cuBLAS's dpre @ W
+# 406 / 1673; with them 415 / 1687-1711 against the merged weight's 454 / 1722 (addmm + cuBLAS)
+# and 430 / 1698 (lora.py's merge kernel + cuBLAS); 128 x 128 tiles alternating: 446 / 1759.
+LORA_DGRAD_PINGPONG_CONFIG = LINEAR_WIDE_COOPERATIVE_CONFIG
 # The backward's dpre with pre recomputed on the tile (save_preact=False with gelu, gelu_tanh or
 # silu): one output buffer per consumer, into which g is read and over which dpre is written.
 # The forward's 128 x 128 tiles (4 stages of 32 KiB + 2 x 32 KiB), except for K <= 512 (the

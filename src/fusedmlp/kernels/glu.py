@@ -278,11 +278,11 @@ def glu_fwd_pingpong_kernel(
     the descriptors (BLOCK_N per weight); 16-bit data."""
     a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w1_desc, y_desc, STAGES, True, 1, COOPERATIVE)
     gl.warp_specialize([
-        (pingpong_consumer, (w1_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, c_bufs,
-                             ready, empty, turn, M, OUT, K, 0, ACT, HAS_BIAS, STORE_H, True, GROUP_M, STAGES,
+        (pingpong_consumer, (b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, c_bufs,
+                             ready, empty, turn, M, OUT, K, 0, ACT, HAS_BIAS, STORE_H, True, False, GROUP_M, STAGES,
                              COOPERATIVE, 0)),
-        (pingpong_consumer, (w1_desc, b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, c_bufs,
-                             ready, empty, turn, M, OUT, K, 1, ACT, HAS_BIAS, STORE_H, True, GROUP_M, STAGES,
+        (pingpong_consumer, (b1_ptr, b2_ptr, y_desc, h1_desc, h2_desc, a_bufs, b_bufs, c_bufs,
+                             ready, empty, turn, M, OUT, K, 1, ACT, HAS_BIAS, STORE_H, True, False, GROUP_M, STAGES,
                              COOPERATIVE, 0)),
         (pingpong_loader, (x_desc, w1_desc, w2_desc, a_bufs, b_bufs, ready, empty, M, OUT, K, GROUP_M,
                            STAGES, True, False, x_desc, w1_desc, 0)),

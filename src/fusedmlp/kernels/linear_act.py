@@ -119,11 +119,11 @@ def linear_act_fwd_pingpong_kernel(
     weight tile feeding 256 rows). Block shapes come from the descriptors; 16-bit data."""
     a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w_desc, y_desc, STAGES, False, 1, COOPERATIVE)
     gl.warp_specialize([
-        (pingpong_consumer, (w_desc, b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, c_bufs,
-                             ready, empty, turn, M, N, K, 0, ACT, HAS_BIAS, STORE_PRE, False, GROUP_M, STAGES,
+        (pingpong_consumer, (b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, c_bufs,
+                             ready, empty, turn, M, N, K, 0, ACT, HAS_BIAS, STORE_PRE, False, False, GROUP_M, STAGES,
                              COOPERATIVE, 0)),
-        (pingpong_consumer, (w_desc, b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, c_bufs,
-                             ready, empty, turn, M, N, K, 1, ACT, HAS_BIAS, STORE_PRE, False, GROUP_M, STAGES,
+        (pingpong_consumer, (b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, c_bufs,
+                             ready, empty, turn, M, N, K, 1, ACT, HAS_BIAS, STORE_PRE, False, False, GROUP_M, STAGES,
                              COOPERATIVE, 0)),
         (pingpong_loader, (x_desc, w_desc, w_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, STAGES,
                            False, False, x_desc, w_desc, 0)),

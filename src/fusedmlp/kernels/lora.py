@@ -28,6 +28,11 @@ On compute capability 9.0, with xs given and ranks whose rows TMA can read (``r`
 8 in 16 bits), ``lora_fwd_pingpong_kernel`` runs the forward as linear_act's ping-pong kernel
 (pingpong.py) with ``pre = [x | xs] @ [W | B].T + b``: the rank-r product is one more K step of
 the main loop (``cdiv(r, BLOCK_K)``, the columns past r read as zeros), after x @ W.T.
+
+Backward (ops/lora.py), with dpre = dL/dpre and ``d_xa = s * dpre @ B`` [M, r]:
+``lora_dgrad_pingpong_kernel`` forms ``dx = dpre @ W + d_xa @ A`` in one main loop on Hopper
+(W read as ``[K, N]`` tiles, d_xa and A as its last K steps), and ``lora_merge_kernel`` forms
+the merged weight ``W + s * B @ A`` that dx is otherwise taken against, in one pass over W.
 """
 
 import triton
@@ -151,12 +156,72 @@ def lora_fwd_pingpong_kernel(
     ``B [N, R]`` (pingpong.py's tail steps), then linear_act's epilogue; 16-bit data."""
     a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w_desc, y_desc, STAGES, False, 1, COOPERATIVE)
     gl.warp_specialize([
-        (pingpong_consumer, (w_desc, b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, c_bufs,
-                             ready, empty, turn, M, N, K, 0, ACT, HAS_BIAS, STORE_PRE, False, GROUP_M, STAGES,
+        (pingpong_consumer, (b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, c_bufs,
+                             ready, empty, turn, M, N, K, 0, ACT, HAS_BIAS, STORE_PRE, False, False, GROUP_M, STAGES,
                              COOPERATIVE, R)),
-        (pingpong_consumer, (w_desc, b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, c_bufs,
-                             ready, empty, turn, M, N, K, 1, ACT, HAS_BIAS, STORE_PRE, False, GROUP_M, STAGES,
+        (pingpong_consumer, (b_ptr, b_ptr, y_desc, pre_desc, pre_desc, a_bufs, b_bufs, c_bufs,
+                             ready, empty, turn, M, N, K, 1, ACT, HAS_BIAS, STORE_PRE, False, False, GROUP_M, STAGES,
                              COOPERATIVE, R)),
         (pingpong_loader, (x_desc, w_desc, w_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, STAGES,
                            False, False, xs_desc, lora_b_desc, R)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+
+
+@gluon.jit
+def lora_dgrad_pingpong_kernel(
+    dpre_in_desc, w_kn_desc, d_xa_desc, lora_a_desc, dx_desc,
+    M, N, K, R,
+    GROUP_M: gl.constexpr, STAGES: gl.constexpr, COOPERATIVE: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: LORA_DGRAD_PINGPONG_CONFIG
+):
+    """The backward's ``dx [M, N] = dpre @ W + d_xa @ A`` (dpre ``[M, K]``, W ``[K, N]`` the
+    frozen weight as stored, d_xa ``[M, R]`` with s applied, A ``[R, N]``) as a ping-pong
+    kernel whose last K steps read d_xa and A (pingpong.py's tail with ``W_KN``; rows of A past
+    R read as zeros): the low-rank term costs ``cdiv(R, BLOCK_K)`` K steps, no ``[M, N]``
+    term in memory and no merged weight. 16-bit data."""
+    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(dpre_in_desc, w_kn_desc, dx_desc, STAGES, False, 1,
+                                                                COOPERATIVE)
+    # identity, no bias, nothing but dx stored: the bias and second-output arguments are unused
+    gl.warp_specialize([
+        (pingpong_consumer, (dx_desc, dx_desc, dx_desc, dx_desc, dx_desc, a_bufs, b_bufs, c_bufs,
+                             ready, empty, turn, M, N, K, 0, "identity", False, False, False, True, GROUP_M,
+                             STAGES, COOPERATIVE, R)),
+        (pingpong_consumer, (dx_desc, dx_desc, dx_desc, dx_desc, dx_desc, a_bufs, b_bufs, c_bufs,
+                             ready, empty, turn, M, N, K, 1, "identity", False, False, False, True, GROUP_M,
+                             STAGES, COOPERATIVE, R)),
+        (pingpong_loader, (dpre_in_desc, w_kn_desc, w_kn_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M,
+                           STAGES, False, True, d_xa_desc, lora_a_desc, R)),
+    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+
+
+@triton.jit
+def lora_merge_kernel(
+    w_ptr, lora_b_ptr, lora_a_ptr, out_ptr, N, K, R, SCALE_HI, SCALE_LO,
+    stride_wn, stride_wk, stride_lbn, stride_lbr, stride_lar, stride_lak, stride_on,
+    RANK_BLOCK: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """``out [N, K] = W + s * B @ A`` rounded once to W's dtype (as ``torch.addmm(W, B, A,
+    alpha=s)``), one ``[BLOCK_N, BLOCK_K]`` tile a program: W read and out written once, the
+    rank-r product on the tile in ``RANK_BLOCK``-wide slices of the rank. A memory-bound pass;
+    addmm copies W into its output first, then reads and writes it again (twice the time)."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    mask_rows, mask_cols = rows < N, cols < K
+    delta = tl.zeros((BLOCK_N, BLOCK_K), dtype=ACC_DTYPE)
+    for rank_start in range(0, R, RANK_BLOCK):
+        ranks = rank_start + tl.arange(0, RANK_BLOCK)
+        mask_ranks = ranks < R
+        lora_b = tl.load(lora_b_ptr + rows[:, None] * stride_lbn + ranks[None, :] * stride_lbr,
+                         mask=mask_rows[:, None] & mask_ranks[None, :], other=0.0)
+        lora_a = tl.load(lora_a_ptr + ranks[:, None] * stride_lar + cols[None, :] * stride_lak,
+                         mask=mask_ranks[:, None] & mask_cols[None, :], other=0.0)
+        if UPCAST:
+            lora_b = lora_b.to(tl.float32)
+            lora_a = lora_a.to(tl.float32)
+        delta = tl.dot(lora_b, lora_a, delta, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
+    mask = mask_rows[:, None] & mask_cols[None, :]
+    w = tl.load(w_ptr + rows[:, None] * stride_wn + cols[None, :] * stride_wk, mask=mask, other=0.0)
+    merged = w.to(ACC_DTYPE) + (delta * SCALE_HI + delta * SCALE_LO)
+    tl.store(out_ptr + rows[:, None] * stride_on + cols[None, :],
+             round_operand(merged, out_ptr.dtype.element_ty, UPCAST), mask=mask)

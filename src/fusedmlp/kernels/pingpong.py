@@ -44,12 +44,14 @@ together and their epilogues together, while the loader fills the ring for the n
 
 Consumers: ``pingpong_consumer`` serves the fused forwards, ``linear_act_fwd_pingpong_kernel``
 (linear_act.py: y = act(x @ W.T + b)), ``lora_fwd_pingpong_kernel`` (lora.py: the same with
-LoRA's ``xs @ B.T`` as the loader's tail K steps) and ``glu_fwd_pingpong_kernel`` (glu.py:
-y = x1 * act(x2)); ``pingpong_glu_dh_consumer`` the GLU backward's dh, with h recomputed on
-the tile (``glu_bwd_dh_recompute_pingpong_kernel``, only x saved) or with h kept and
-g = gy @ Wd formed on the tile (``glu_bwd_dh_pingpong_kernel``, SwiGLU);
-``pingpong_dpre_consumer`` the linear layer's backward dpre with the pre-activation recomputed
-on the tile (``linear_act_dpre_recompute_pingpong_kernel``, only x saved).
+LoRA's ``xs @ B.T`` as the loader's tail K steps), ``glu_fwd_pingpong_kernel`` (glu.py:
+y = x1 * act(x2)) and ``lora_dgrad_pingpong_kernel`` (lora.py: LoRA's backward
+dx = dpre @ W + d_xa @ A, W read as ``[K, N]`` tiles, the low-rank term as tail steps); ``pingpong_glu_dh_consumer``
+the GLU backward's dh, with h recomputed on the tile (``glu_bwd_dh_recompute_pingpong_kernel``,
+only x saved) or with h kept and g = gy @ Wd formed on the tile
+(``glu_bwd_dh_pingpong_kernel``, SwiGLU); ``pingpong_dpre_consumer`` the linear layer's
+backward dpre with the pre-activation recomputed on the tile
+(``linear_act_dpre_recompute_pingpong_kernel``, only x saved).
 Only for CUDA GPUs of compute capability 9.0 and 16-bit inputs (ops/_common.py
 ``pingpong_eligible``); the interpreter and other GPUs keep the Triton kernels.
 """
@@ -95,10 +97,11 @@ def pingpong_loader(x_desc, w_desc, w2_desc, a_bufs, b_bufs, ready, empty, M, N,
     """Loader partition: fills ring stages with x and W tiles in the consumers' order; if
     PAIRED, W's tile fills the first BLOCK_N rows of the stage's weight buffer and W2's the
     rest. W is ``[N, K]`` (an nn.Linear weight: tiles ``[BLOCK_N, BLOCK_K]``), or ``[K, N]``
-    with ``W_KN`` (tiles ``[BLOCK_K, BLOCK_N]``). Neither PAIRED nor W_KN: each tile's K
-    steps are followed by ``cdiv(tail_k, BLOCK_K)`` more from ``tail_x_desc`` ``[M, tail_k]``
-    and ``tail_w_desc`` ``[N, tail_k]`` (same block shapes; a second product summed into the
-    accumulator, e.g. LoRA's ``xs @ B.T``; tail_k = 0: none)."""
+    with ``W_KN`` (tiles ``[BLOCK_K, BLOCK_N]``). Not PAIRED: each tile's K steps are
+    followed by ``cdiv(tail_k, BLOCK_K)`` more from ``tail_x_desc`` ``[M, tail_k]`` and
+    ``tail_w_desc``, ``[N, tail_k]`` or with W_KN ``[tail_k, N]`` (same block shapes as x and
+    W; a second product summed into the accumulator, e.g. LoRA's ``xs @ B.T``; tail_k = 0:
+    none)."""
     BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[1] if W_KN else w_desc.block_type.shape[0]
@@ -123,14 +126,17 @@ def pingpong_loader(x_desc, w_desc, w2_desc, a_bufs, b_bufs, ready, empty, M, N,
             else:
                 _tma_load(w_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage))
             count += 1
-        if not PAIRED and not W_KN:  # the tail's weight is [N, tail_k]; columns past tail_k read zeros
+        if not PAIRED:  # the tail's K past tail_k reads zeros
             for kk in range(gl.cdiv(tail_k, BLOCK_K)):
                 stage = count % STAGES
                 mbarrier.wait(empty.index(stage), ((count // STAGES) & 1) ^ 1)
                 bar = ready.index(stage)
                 mbarrier.expect(bar, stage_bytes)
                 _tma_load(tail_x_desc, [row_start, kk * BLOCK_K], bar, a_bufs.index(stage))
-                _tma_load(tail_w_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage))
+                if W_KN:
+                    _tma_load(tail_w_desc, [kk * BLOCK_K, col_start], bar, b_bufs.index(stage))
+                else:
+                    _tma_load(tail_w_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage))
                 count += 1
 
 
@@ -217,10 +223,11 @@ def tma_store_tile(desc, buf, value, row_start, col_start):
 
 @gluon.jit
 def pingpong_consumer(
-    w_desc, b_ptr, b2_ptr, y_desc, acc_desc, acc2_desc, a_bufs, b_bufs, c_bufs, ready, empty, turn,
+    b_ptr, b2_ptr, y_desc, acc_desc, acc2_desc, a_bufs, b_bufs, c_bufs, ready, empty, turn,
     M, N, K,
     CONSUMER: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, STORE_ACC: gl.constexpr,
-    PAIRED: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, COOPERATIVE: gl.constexpr, tail_k,
+    PAIRED: gl.constexpr, W_KN: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+    COOPERATIVE: gl.constexpr, tail_k,
 ):
     """Consumer warpgroup ``CONSUMER``: for every second tile of the program (COOPERATIVE:
     for its half of the rows of every tile), the main loop, then the fused epilogue. With
@@ -232,12 +239,12 @@ def pingpong_consumer(
     pre-activation, a GLU's h halves. Biases are loaded before the tile's main loop, which
     hides their latency; every store goes through this consumer's one shared buffer. With
     ``tail_k`` > 0 the main loop runs the loader's tail steps too (not PAIRED): a = x @ W.T +
-    t_x @ t_w.T + b.
+    t_x @ t_w.T + b. ``W_KN``: W is ``[K, N]`` and a = x @ W (+ t_x @ t_w), e.g. a dgrad.
     """
     TILE_M: gl.constexpr = a_bufs.type.shape[1]
     ROWS: gl.constexpr = y_desc.block_type.shape[0]  # this consumer's rows of a tile
     BLOCK_K: gl.constexpr = a_bufs.type.shape[2]
-    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = y_desc.block_type.shape[1]
     acc_layout: gl.constexpr = accumulator_layout(BLOCK_N)
     c_buf = c_bufs.index(CONSUMER)
     k_tiles = gl.cdiv(K, BLOCK_K) + (0 if PAIRED else gl.cdiv(tail_k, BLOCK_K))  # the loader's steps
@@ -255,7 +262,7 @@ def pingpong_consumer(
                                   accumulator_layout(2 * BLOCK_N), COOPERATIVE),
                 acc_layout)
         else:
-            acc = pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, False,
+            acc = pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, W_KN,
                                     acc_layout, COOPERATIVE)
         if HAS_BIAS:
             acc = acc + bias

@@ -320,7 +320,7 @@ def saved_mode(act: str, store_pre: bool) -> str:
 
 
 def backward_formula(grad_y, x, weight, bias, saved, act, mode, needs, traced, recompute_pre=None, extra_terms=None,
-                     dgrad_weight=None, in_place=False):
+                     dgrad=None, in_place=False):
     """(dx, dW, db), None where ``needs`` says it is not wanted; rows walked in chunks.
     ``traced``: the formula runs under torch.compile's tracing, so it calls the custom ops (the
     tracer must not reach a kernel launch with fake tensors). ``in_place`` (mode "pre", eager):
@@ -331,8 +331,9 @@ def backward_formula(grad_y, x, weight, bias, saved, act, mode, needs, traced, r
     Ops built on this one (LoRA) pass ``recompute_pre(rows)``, their pre-activation of a row
     slice when it is recomputed, ``extra_terms(rows, dpre)``, run once per chunk with that
     chunk's dpre (kept then even where dW is not wanted) for their own gradients, and
-    ``dgrad_weight``, the ``[out, in]`` matrix dx is taken against (``dx = dpre @
-    dgrad_weight``; ``weight`` by default)."""
+    ``dgrad``: the ``[out, in]`` matrix dx is taken against (``dx = dpre @ dgrad``; ``weight``
+    by default), or a function ``dgrad(rows, dpre)`` giving a chunk's dx, run after
+    ``extra_terms`` (then dx is never formed inside the opt-in fused dgrad kernel)."""
     needs_x, needs_w, needs_b = needs
     has_bias = bias is not None and needs_b
     if not (needs_x or needs_w or has_bias or extra_terms is not None):
@@ -340,14 +341,15 @@ def backward_formula(grad_y, x, weight, bias, saved, act, mode, needs, traced, r
     backward = torch.ops.fusedmlp.linear_act_backward if traced else _backward_impl
     forward = torch.ops.fusedmlp.linear_act if traced else linear_act_forward_impl
     # pre recomputed on the tile, never written (eager, default recompute, dpre for cuBLAS)
-    tile_recompute = (mode == "recompute" and recompute_pre is None and dgrad_weight is None and extra_terms is None
+    tile_recompute = (mode == "recompute" and recompute_pre is None and dgrad is None and extra_terms is None
                       and not traced and use_triton(x))
     if recompute_pre is None:
         recompute_pre = lambda rows: forward(x[rows], weight, bias, "identity", False)[0]  # noqa: E731
-    if dgrad_weight is None:
-        dgrad_weight = weight
+    if dgrad is None:
+        dgrad = weight
     in_place = in_place and mode == "pre" and not traced
-    fused_dx = needs_x and FUSED_DGRAD and not in_place  # dx formed inside the (opt-in) dgrad kernel
+    # dx formed inside the (opt-in) dgrad kernel, against a matrix
+    fused_dx = needs_x and FUSED_DGRAD and not in_place and not callable(dgrad)
     streamless = act == "identity" and not fused_dx  # dpre = g
     store_dpre = needs_w or extra_terms is not None or (needs_x and not fused_dx)
     grad_x = grad_w = db = None
@@ -371,7 +373,8 @@ def backward_formula(grad_y, x, weight, bias, saved, act, mode, needs, traced, r
             else:
                 a = saved[rows] if saved is not None else grad_y[rows]
             dx_rows, dpre, db_rows = backward(
-                grad_y[rows], a, dgrad_weight, act, mode == "output", has_bias, store_dpre, fused_dx,
+                grad_y[rows], a, weight if callable(dgrad) else dgrad, act, mode == "output", has_bias, store_dpre,
+                fused_dx,
                 *((a,) if in_place else ()),
             )
             del a
@@ -379,7 +382,7 @@ def backward_formula(grad_y, x, weight, bias, saved, act, mode, needs, traced, r
             extra_terms(rows, dpre)
         if needs_x:
             if not fused_dx:
-                dx_rows = dpre @ dgrad_weight
+                dx_rows = dgrad(rows, dpre) if callable(dgrad) else dpre @ dgrad
             if len(chunks) == 1:
                 grad_x = dx_rows  # one chunk: its dx is the gradient, no copy
             else:

@@ -30,18 +30,26 @@ its deterministic db; g itself for the identity, with no stream), the rank-r pro
 cheap order (``[M, r]`` intermediates):
 
     dB = dpre.T @ xs            d_xa = s * (dpre @ B)   [M, r]         dA = d_xa.T @ drop(x)
-    dx = dpre @ (W + s * B @ A)                                        dW = dpre.T @ x if W trains
+    dx = dpre @ W + d_xa @ A                                           dW = dpre.T @ x if W trains
 
-dx is one GEMM against the merged weight ``W + s * B @ A``, formed once per backward (an
-``[out, in]`` matrix, rounded once to the weight's dtype), instead of ``dpre @ W`` added onto
-the low-rank term ``d_xa @ A``: an ``[M, in]`` product written by one GEMM and read by the
-next. With fewer rows than outputs (M < out) the term is the smaller tensor, and dx is
-``dpre @ W`` with ``d_xa @ A`` added onto it. Rounding the merged weight costs about one more rounding of dx, as eager PEFT's two
+dx avoids where it can ``dpre @ W`` plus a separately formed low-rank term ``d_xa @ A`` (an
+``[M, in]`` product written by one GEMM and read by the next). On Hopper in 16 bits (ranks
+whose rows TMA reads, r a multiple of 8) it is one ping-pong kernel whose main loop ends with
+``d_xa @ A`` as extra K steps (``lora_dgrad_pingpong_kernel``: ``cdiv(r, 64)`` steps of 64),
+where ``M * cdiv(r, 64) <= DGRAD_TAIL_ROWS_PER_OUTPUT * out`` (eager calls; not in
+torch.compile's trace); elsewhere, with at least as many rows as outputs, one GEMM against the
+merged weight ``W + s * B @ A``, formed once per backward by one pass over W
+(``lora_merge_kernel``; an ``[out, in]`` matrix rounded once to the weight's dtype;
+``torch.addmm`` under torch.compile's tracing); with fewer rows than outputs, ``dpre @ W`` with
+the term added onto it. On an H100 in bf16 at 8192 x 4096 -> 4096, r = 16, dx took 415 us with
+the tail steps against 454 with the merged weight formed by ``torch.addmm`` (50 us of it: a
+copy of W, then a read and a write) and 430 with the merge kernel (25 us); cuBLAS's bare
+``dpre @ W`` 406. Rounding the merged weight costs about one more rounding of dx, as eager PEFT's two
 rounded products do: emulated in bf16 on a CPU (2048 x 1024 -> 1024, r = 16, B at 1e-3 and
 1e-1), dx's relative error against float64 was 2.3e-3 with the merged weight, 2.3-2.7e-3 for
-eager PEFT and 1.7e-3 for dx rounded once. With dropout the LoRA path's input is a
-dropped-out copy of x, so the low-rank term goes to that copy (``d_xa @ A``, through the
-mask) and dx is ``dpre @ W``.
+eager PEFT and 1.7e-3 for dx rounded once (the tail kernel's dx is rounded once). With dropout
+the LoRA path's input is a dropped-out copy of x, so the low-rank term goes to that copy
+(``d_xa @ A``, through the mask) and dx is ``dpre @ W``.
 
 What the backward keeps is ``linear_act``'s choice (``save_preact``; the output for
 activations whose derivative follows from it; otherwise nothing, pre recomputed from x and
@@ -64,10 +72,18 @@ from ..kernels.configs import (
     LINEAR_PINGPONG_CONFIG,
     LINEAR_WIDE_COOPERATIVE_CONFIG,
     LORA_CONFIGS,
+    LORA_DGRAD_PINGPONG_CONFIG,
     LORA_TMA_CONFIGS,
     Launcher,
 )
-from ..kernels.lora import lora_fwd_kernel, lora_fwd_pingpong_kernel, lora_fwd_tma_kernel
+from ..kernels.launch import launch
+from ..kernels.lora import (
+    lora_dgrad_pingpong_kernel,
+    lora_fwd_kernel,
+    lora_fwd_pingpong_kernel,
+    lora_fwd_tma_kernel,
+    lora_merge_kernel,
+)
 from ._common import (
     FastestForm,
     autotune_m_key,
@@ -83,6 +99,7 @@ from ._common import (
     next_power_of_2,
     num_sms,
     persistent_grid,
+    pingpong_device,
     pingpong_eligible,
     tma_eligible,
     use_triton,
@@ -116,6 +133,11 @@ LORA_PINGPONG_MAX_K = 1024
 # against 1.093-1.111x, a tie at r = 64 (benchmarks/NOTES.md, "128 x 256 cooperative tiles");
 # the Triton kernel is the rule where nothing is timed.
 LORA_FORWARD_FORMS = ("tma", "wide")
+# The backward's dx with d_xa @ A as the dgrad kernel's last K steps where M * cdiv(r, BLOCK_K)
+# is at most this many times out, against the merged weight beyond (H100, bf16, 4096 x 4096
+# weight, r = 16, kernel time in CUDA graphs, configs.py's LORA_DGRAD_PINGPONG_CONFIG: 415 against
+# 430 us at 8192 rows, a tie at 32768; at 32768 x 1024 -> 1024 124 against 119).
+DGRAD_TAIL_ROWS_PER_OUTPUT = 8
 lora_forward_form = FastestForm(fields=("device", "dtype", "m_key", "n", "k", "r", "activation", "bias", "store_pre"))
 _FWD_KEY = ["M_KEY", "N", "K", "R_PAD", "ACT", "HAS_BIAS", "STORE_PRE", "LORA_IN_LOOP"]
 _fwd_launcher = Launcher(lora_fwd_kernel, LORA_CONFIGS, key=_FWD_KEY)
@@ -233,6 +255,47 @@ def lora_forward_impl(x, weight, bias, lora_a, lora_b, x_lora, xs, scale: float,
 # --------------------------------------------------------------------------------------
 # Backward (shared by both autograd paths)
 # --------------------------------------------------------------------------------------
+def _dgrad_tail_wanted(m, weight, lora_a) -> bool:
+    """True when dx is the ping-pong kernel with ``d_xa @ A`` as its last K steps: on Hopper,
+    16-bit, A's and d_xa's rows readable by TMA (``r`` and ``in`` multiples of 16 bytes' worth),
+    and ``m * cdiv(r, BLOCK_K) <= DGRAD_TAIL_ROWS_PER_OUTPUT * out`` (the steps cost the
+    GEMM's M x in per K step, the merged weight two passes over the in x out weight)."""
+    r, block_k = lora_a.shape[0], LORA_DGRAD_PINGPONG_CONFIG["BLOCK_K"]
+    return (pingpong_device(weight) and (r * lora_a.element_size()) % 16 == 0 and tma_eligible(weight, lora_a)
+            and m * cdiv(r, block_k) <= DGRAD_TAIL_ROWS_PER_OUTPUT * weight.shape[0])
+
+
+def _dgrad_with_tail(dpre, weight, d_xa, lora_a):
+    """``dx = dpre @ W + d_xa @ A`` [M, in]: one ping-pong kernel (kernels/lora.py) where dpre's
+    rows are readable by TMA, else cuBLAS with the low-rank term as the GEMM's addend."""
+    dx = dpre.new_empty((dpre.shape[0], weight.shape[1]))
+    if not pingpong_eligible(dpre, weight, d_xa, lora_a, dx):
+        return torch.addmm(d_xa @ lora_a, dpre, weight, out=dx)
+    m, n = dx.shape
+    launch_pingpong(lora_dgrad_pingpong_kernel, LORA_DGRAD_PINGPONG_CONFIG, m, n, num_sms(dpre),
+                    {"dpre_in_desc": dpre, "d_xa_desc": d_xa}, {}, {"dx_desc": dx},
+                    {"w_kn_desc": weight, "lora_a_desc": lora_a},
+                    M=m, N=n, K=weight.shape[0], R=lora_a.shape[0])
+    return dx
+
+
+def _merged_weight(weight, lora_b, lora_a, scale, traced):
+    """``W + scale * B @ A`` [out, in] in W's dtype: one pass of ``lora_merge_kernel`` (addmm
+    under tracing, where no kernel may launch, and on the CPU reference path)."""
+    if traced or not use_triton(weight) or weight.numel() == 0:
+        return torch.addmm(weight, lora_b, lora_a, alpha=scale)
+    merged = torch.empty(weight.shape, dtype=weight.dtype, device=weight.device)
+    n, k = weight.shape
+    block_n, block_k = (64, 128) if weight.element_size() <= 2 else (32, 64)
+    scale_hi, scale_lo = _split_scale(scale)
+    launch(lora_merge_kernel, (cdiv(n, block_n), cdiv(k, block_k)), weight, lora_b, lora_a, merged,
+           n, k, lora_a.shape[0], scale_hi, scale_lo, weight.stride(0), weight.stride(1), lora_b.stride(0),
+           lora_b.stride(1), lora_a.stride(0), lora_a.stride(1), merged.stride(0),
+           RANK_BLOCK=min(_rank_block(lora_a.shape[0]), 64), BLOCK_N=block_n, BLOCK_K=block_k,
+           **dot_meta(weight.dtype), num_warps=4)
+    return merged
+
+
 def _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, scale, act, mode, needs, traced):
     """(dx, dW, db, dA, dB, dx_lora), None where ``needs`` says it is not wanted."""
     needs_x, needs_w, needs_b, needs_a, needs_lb, needs_xl = needs
@@ -246,27 +309,36 @@ def _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, scale,
     def accumulate(name, a, b):  # grads[name] + a @ b, summed over the chunks in a fixed order
         grads[name] = a @ b if grads[name] is None else grads[name].addmm_(a, b)
 
-    # dx = dpre @ W + s * (dpre @ B) @ A = dpre @ (W + s * B @ A): one GEMM against the merged
-    # weight, formed once, where it is the smaller tensor ([out, in] against the [M, in] low-rank
-    # term of dx); with fewer rows than outputs, the term is added onto dx after its GEMM
+    # dx = dpre @ W + d_xa @ A (module docstring): one kernel with the low-rank term as its last
+    # K steps (``tail``), dpre @ (W + s * B @ A) against the merged weight formed once, or
+    # dpre @ W with the term added after its GEMM (``d_xa_rows``)
     lora_dx = needs_x and x_lora is None
-    merged = torch.addmm(weight, lora_b, lora_a, alpha=scale) if lora_dx and x.shape[0] >= weight.shape[0] else None
-    d_xa_rows = x.new_empty((x.shape[0], lora_a.shape[0])) if lora_dx and merged is None else None
+    m, out, r = x.shape[0], weight.shape[0], lora_a.shape[0]
+    tail = lora_dx and not traced and _dgrad_tail_wanted(m, weight, lora_a)
+    merged = _merged_weight(weight, lora_b, lora_a, scale, traced) if lora_dx and not tail and m >= out else None
+    d_xa_rows = x.new_empty((m, r)) if lora_dx and not tail and merged is None else None
+    chunk = {}  # the current row chunk's d_xa, for the tail kernel
 
     def lora_terms(rows, dpre):  # dB, dA, dx_lora and (without the merged weight) dx's d_xa
         if needs_lb:
             accumulate("b", dpre.t(), xs[rows])
-        if needs_a or needs_xl or d_xa_rows is not None:
-            d_xa = dpre.new_empty((dpre.shape[0], lora_a.shape[0])).addmm_(dpre, lora_b, beta=0, alpha=scale)
+        if needs_a or needs_xl or d_xa_rows is not None or tail:
+            d_xa = dpre.new_empty((dpre.shape[0], r)).addmm_(dpre, lora_b, beta=0, alpha=scale)
             if needs_a:
                 accumulate("a", d_xa.t(), lora_input[rows])
             if needs_xl:
                 grads["x_lora"][rows] = d_xa @ lora_a
             if d_xa_rows is not None:
                 d_xa_rows[rows] = d_xa
+            if tail:
+                chunk["d_xa"] = d_xa
+
+    def dgrad_with_tail(rows, dpre):  # run after lora_terms on the same rows
+        return _dgrad_with_tail(dpre, weight, chunk.pop("d_xa"), lora_a)
 
     dx, dw, db = backward_formula(grad_y, x, weight, bias, saved, act, mode, (needs_x, needs_w, needs_b), traced,
-                                  recompute_pre=recompute_pre, extra_terms=lora_terms, dgrad_weight=merged)
+                                  recompute_pre=recompute_pre, extra_terms=lora_terms,
+                                  dgrad=dgrad_with_tail if tail else merged)
     if d_xa_rows is not None:
         dx = dx.addmm_(d_xa_rows, lora_a)
     return dx, dw, db, grads["a"], grads["b"], grads["x_lora"]
