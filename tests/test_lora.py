@@ -276,14 +276,21 @@ def test_dgrad_with_tail_strided_fallback(device):
 @pytest.mark.parametrize("activation,save_preact", [("identity", False), ("gelu_tanh", False), ("relu", True)])
 def test_dgrad_tail_on_gpu(monkeypatch, activation, save_preact):
     """On Hopper, dx as lora_dgrad_pingpong_kernel with d_xa @ A as its last K steps (one step
-    at r = 8 and 24, two at 72; rows, columns and K partial; fewer rows than outputs and more)
-    where M * cdiv(r, 64) <= DGRAD_TAIL_ROWS_PER_OUTPUT * out and r is a multiple of 8, the
-    merged weight otherwise: outputs and every gradient against float64, on 3 SMs."""
+    at r = 8 and 24, two at 72; rows, columns and K partial; fewer rows than outputs and more;
+    the backward in row chunks, where the activation streams dpre) where M * cdiv(r, 64) <=
+    DGRAD_TAIL_ROWS_PER_OUTPUT * out and r is a multiple of 8, the merged weight otherwise:
+    outputs and every gradient against float64, on 3 SMs."""
+    import fusedmlp.ops._common as common
     import fusedmlp.ops.lora as ops
 
     kernels = recording_pingpong_launches(monkeypatch, ops)
     for rows, d_out, r, rule in ((300, 392, 8, None), (600, 104, 24, None), (500, 104, 72, None), (300, 392, 3, None),
-                                 (600, 104, 24, 0)):
+                                 ("chunked", 104, 24, None), (600, 104, 24, 0)):
+        chunked = rows == "chunked"
+        if chunked:  # 600 rows in chunks of 256 (where dpre is a stream's transient)
+            rows = 600
+            monkeypatch.setattr(common, "BWD_MIN_CHUNK_ROWS", 256)
+            monkeypatch.setattr(common, "BWD_CHUNK_BYTES", 0)
         if rule is not None:
             monkeypatch.setattr(ops, "DGRAD_TAIL_ROWS_PER_OUTPUT", rule)
         kernels.clear()
@@ -291,7 +298,8 @@ def test_dgrad_tail_on_gpu(monkeypatch, activation, save_preact):
         run_check(tensors, g, torch.bfloat16, activation, scale=2.0, save_preact=save_preact,
                   what=f"dgrad tail {rows} rows, out {d_out}, r={r}, rule {rule}")
         tail = r % 8 == 0 and rows * -(-r // 64) <= ops.DGRAD_TAIL_ROWS_PER_OUTPUT * d_out
-        assert (ops.lora_dgrad_pingpong_kernel in kernels) == tail, (rows, d_out, r, kernels)
+        launches = kernels.count(ops.lora_dgrad_pingpong_kernel)
+        assert launches == (0 if not tail else 3 if chunked and activation != "identity" else 1), (rows, r, kernels)
 
 
 @pytest.mark.parametrize("activation,save_preact", [("gelu", False), ("silu", True)])

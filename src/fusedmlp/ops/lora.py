@@ -37,19 +37,19 @@ dx avoids where it can ``dpre @ W`` plus a separately formed low-rank term ``d_x
 whose rows TMA reads, r a multiple of 8) it is one ping-pong kernel whose main loop ends with
 ``d_xa @ A`` as extra K steps (``lora_dgrad_pingpong_kernel``: ``cdiv(r, 64)`` steps of 64),
 where ``M * cdiv(r, 64) <= DGRAD_TAIL_ROWS_PER_OUTPUT * out`` (eager calls; not in
-torch.compile's trace); elsewhere, with at least as many rows as outputs, one GEMM against the
-merged weight ``W + s * B @ A``, formed once per backward by one pass over W
+torch.compile's trace). Elsewhere, with at least as many rows as outputs, it is one GEMM
+against the merged weight ``W + s * B @ A``, formed once per backward by one pass over W
 (``lora_merge_kernel``; an ``[out, in]`` matrix rounded once to the weight's dtype;
-``torch.addmm`` under torch.compile's tracing); with fewer rows than outputs, ``dpre @ W`` with
-the term added onto it. On an H100 in bf16 at 8192 x 4096 -> 4096, r = 16, dx took 415 us with
-the tail steps against 454 with the merged weight formed by ``torch.addmm`` (50 us of it: a
-copy of W, then a read and a write) and 430 with the merge kernel (25 us); cuBLAS's bare
-``dpre @ W`` 406. Rounding the merged weight costs about one more rounding of dx, as eager PEFT's two
-rounded products do: emulated in bf16 on a CPU (2048 x 1024 -> 1024, r = 16, B at 1e-3 and
-1e-1), dx's relative error against float64 was 2.3e-3 with the merged weight, 2.3-2.7e-3 for
-eager PEFT and 1.7e-3 for dx rounded once (the tail kernel's dx is rounded once). With dropout
-the LoRA path's input is a dropped-out copy of x, so the low-rank term goes to that copy
-(``d_xa @ A``, through the mask) and dx is ``dpre @ W``.
+``torch.addmm`` under torch.compile's tracing); with fewer rows than outputs, ``dpre @ W``
+with the term added onto it. On an H100 in bf16 at 8192 x 4096 -> 4096, r = 16, dx took 415
+us with the tail steps against 454 with the merged weight formed by ``torch.addmm`` (50 us of
+it: a copy of W, then a read and a write) and 430 with the merge kernel (25 us); cuBLAS's
+bare ``dpre @ W`` 406. Rounding the merged weight costs about one more rounding of dx, as
+eager PEFT's two rounded products do: emulated in bf16 on a CPU (2048 x 1024 -> 1024, r = 16,
+B at 1e-3 and 1e-1), dx's relative error against float64 was 2.3e-3 with the merged weight,
+2.3-2.7e-3 for eager PEFT and 1.7e-3 for dx rounded once (the tail kernel's dx is rounded
+once). With dropout the LoRA path's input is a dropped-out copy of x, so the low-rank term
+goes to that copy (``d_xa @ A``, through the mask) and dx is ``dpre @ W``.
 
 What the backward keeps is ``linear_act``'s choice (``save_preact``; the output for
 activations whose derivative follows from it; otherwise nothing, pre recomputed from x and
