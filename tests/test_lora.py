@@ -237,7 +237,7 @@ def test_identity_backward(device, monkeypatch, dtype, rows, d_out):
 def test_merged_weight(device, monkeypatch, dtype, r):
     """The backward's merged weight ``W + s * B @ A`` from lora_merge_kernel (partial tiles, a
     rank past one 64-wide rank block at r = 70, a weight with a row stride of its own), rounded
-    once: within half an ulp of the float64 value, plus fp32 accumulation error."""
+    once: within one ulp of the float64 value, plus fp32 accumulation error."""
     import fusedmlp.ops.lora as ops
 
     launched = []
