@@ -116,6 +116,7 @@ def test_tma_kernel(device, monkeypatch, r, dtype, activation, save_preact):
     else:
         monkeypatch.setattr(ops, "tma_eligible", lambda *tensors: True)
         monkeypatch.setattr(ops, "num_sms", lambda t: 3)  # fewer programs than tiles
+    monkeypatch.setattr(ops, "ONCHIP_FORWARD", False)  # not the ping-pong kernel with xs on chip
     tensors, g = make_inputs((77,), 72, 40, r, device)
     if device == "cuda":
         assert ops.tma_eligible(*(t.to(dtype) for t in (tensors[0], tensors[1], tensors[3], g)))
@@ -136,6 +137,7 @@ def test_both_forward_paths(device, monkeypatch, limits, tma):
         monkeypatch.setattr(ops, "tma_eligible", lambda *tensors: False)
     monkeypatch.setattr(ops, "IN_LOOP_MAX_MACS", limits[0])
     monkeypatch.setattr(ops, "IN_LOOP_MAX_RANK", limits[1])
+    monkeypatch.setattr(ops, "ONCHIP_FORWARD", False)
     tensors, g = make_inputs((45,), 72, 40, 8, device)  # 16-byte aligned rows for the descriptors
     run_check(tensors, g, torch.bfloat16 if tma else torch.float32, "sigmoid", what=f"limits {limits}")
 
@@ -152,6 +154,70 @@ def test_pingpong_kernel_compiles_for_hopper():
                                 max_stack=0)
 
 
+def test_onchip_kernel_compiles_for_hopper():
+    """The forward with xs formed on chip (``lora_fwd_onchip_kernel``) compiles for sm_90a at its
+    rank block and stage count (configs.py's LORA_ONCHIP_STAGES), within the shared memory,
+    pre stored and not, with and without a bias."""
+    from fusedmlp.kernels.configs import LORA_ONCHIP_STAGES
+
+    for rank_block, stages in LORA_ONCHIP_STAGES.items():
+        compile_pingpong_for_hopper("lora", "lora_fwd_onchip_kernel",
+                                    f'LORA_ONCHIP_CONFIG:{{"RANK_BLOCK": {rank_block}, "STAGES": {stages}}}',
+                                    ["identity", "gelu_tanh"])
+
+
+def test_onchip_units():
+    """``_onchip_segments``: no run of a row block's column tiles is empty, and over a range of
+    shapes and SM counts the choice is the valid count that minimises (x bytes read at once,
+    bounded below by ONCHIP_X_BYTES; the busiest program's tiles plus the rank product's cost).
+    On 132 SMs at K = 1024 in bf16: 32768 x 1024 -> 1024 in runs of 2 tiles (4 per row block:
+    8.6 MB of x at once; 2 would read 17 MB), 8192 rows in runs of 4 (2 per row block)."""
+    from fusedmlp.ops._common import cdiv
+    from fusedmlp.ops.lora import ONCHIP_RANK_TILE_COST, ONCHIP_X_BYTES, _onchip_segments
+
+    def key(m, n, k, sms, segments):
+        units = cdiv(m, 128) * segments
+        x_bytes = cdiv(min(units, sms), segments) * 128 * k * 2
+        return max(x_bytes, ONCHIP_X_BYTES), cdiv(units, sms) * (cdiv(cdiv(n, 128), segments) + ONCHIP_RANK_TILE_COST)
+
+    for m in (1, 127, 300, 8192, 20000, 32768):
+        for n in (8, 392, 520, 1024, 4096, 14336):
+            for k, sms in ((64, 3), (1024, 114), (1024, 132), (512, 132)):
+                segments = _onchip_segments(m, n, k, 2, sms, 128, 128)
+                tiles = cdiv(n, 128)
+                valid = [s for s in range(1, tiles + 1) if (s - 1) * cdiv(tiles, s) < tiles]
+                assert segments in valid, (m, n, k, sms, segments)
+                assert key(m, n, k, sms, segments) == min(key(m, n, k, sms, s) for s in valid), (m, n, k, sms)
+                assert segments == min(s for s in valid if key(m, n, k, sms, s) == key(m, n, k, sms, segments))
+    assert _onchip_segments(32768, 1024, 1024, 2, 132, 128, 128) == 4
+    assert _onchip_segments(8192, 1024, 1024, 2, 132, 128, 128) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation,save_preact", [("identity", False), ("gelu_tanh", False), ("silu", True)])
+def test_onchip_forward_on_gpu(monkeypatch, activation, save_preact):
+    """xs formed on chip (``lora_fwd_onchip_kernel``) for r = 8 and 16 at 300 x 200 -> 520
+    (partial rows, columns, K and ranks; 3 row blocks of 5 column tiles) on 3 SMs, with the
+    units the rule picks and forced to 2, 3 and 5 runs per row block (runs of 3 + 2, 2 + 2 + 1
+    and 1 tile), bf16 and (r = 16) fp16; r = 24, 40 and 3 take the other forms. Outputs and
+    every gradient against float64 (dB reads the xs the kernel wrote)."""
+    import fusedmlp.ops.lora as ops
+
+    recording_pingpong_launches(monkeypatch, ops)  # 3 SMs
+    launched = []
+    real_launch, real_segments = ops.launch, ops._onchip_segments
+    monkeypatch.setattr(ops, "launch", lambda kernel, *a, **k: launched.append(kernel) or real_launch(kernel, *a, **k))
+    cases = ((8, None, torch.bfloat16), (16, 2, torch.bfloat16), (8, 3, torch.bfloat16), (16, 5, torch.bfloat16),
+             (16, None, torch.float16), (24, None, torch.bfloat16), (40, None, torch.bfloat16), (3, None, torch.bfloat16))
+    for r, segments, dtype in cases:
+        monkeypatch.setattr(ops, "_onchip_segments", real_segments if segments is None else lambda *a: segments)
+        launched.clear()
+        tensors, g = make_inputs((300,), 200, 520, r, "cuda")
+        run_check(tensors, g, dtype, activation, scale=2.0, save_preact=save_preact,
+                  what=f"on chip r={r} segments={segments} {dtype}")
+        assert (ops.lora_fwd_onchip_kernel in launched) == (r in (8, 16)), (r, launched)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("activation,save_preact", [("identity", False), ("gelu_tanh", False), ("silu", True)])
 def test_pingpong_forward_on_gpu(monkeypatch, activation, save_preact):
@@ -164,6 +230,7 @@ def test_pingpong_forward_on_gpu(monkeypatch, activation, save_preact):
 
     kernels = recording_pingpong_launches(monkeypatch, ops)
     monkeypatch.setattr(ops, "IN_LOOP_MAX_MACS", 0)  # xs from cuBLAS at every size
+    monkeypatch.setattr(ops, "ONCHIP_FORWARD", False)
     for r in (8, 24, 72, 3):
         kernels.clear()
         tensors, g = make_inputs((300,), 200, 392, r, "cuda")
@@ -185,6 +252,7 @@ def test_forms_beyond_the_pingpong_width_on_gpu(monkeypatch, activation, save_pr
 
     kernels = recording_pingpong_launches(monkeypatch, ops)
     monkeypatch.setattr(ops, "IN_LOOP_MAX_MACS", 0)  # xs from cuBLAS at every size
+    monkeypatch.setattr(ops, "ONCHIP_FORWARD", False)
     monkeypatch.setattr(ops, "LORA_PINGPONG_MAX_K", 128)
     for r in (24, 72):
         tensors, g = make_inputs((1000,), 200, 392, r, "cuda")
@@ -561,6 +629,7 @@ def test_every_config_on_gpu(monkeypatch, tma, index):
         monkeypatch.setattr(ops, "tma_eligible", lambda *tensors: False)
     monkeypatch.setattr(ops, "IN_LOOP_MAX_MACS", 10**12)  # x @ A.T in the main loop at every rank here
     monkeypatch.setattr(ops, "IN_LOOP_MAX_RANK", 64)
+    monkeypatch.setattr(ops, "ONCHIP_FORWARD", False)
     launcher = ops._fwd_tma_launcher if tma else ops._fwd_launcher
     ran = 0
     with launcher.forcing(launcher.configs[index]):

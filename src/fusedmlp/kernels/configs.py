@@ -257,6 +257,14 @@ LINEAR_WIDE_COOPERATIVE_CONFIG = dict(LINEAR_COOPERATIVE_CONFIG, BLOCK_M=64, BLO
 # 406 / 1673; with them 415 / 1687-1711 against the merged weight's 454 / 1722 (addmm + cuBLAS)
 # and 430 / 1698 (lora.py's merge kernel + cuBLAS); 128 x 128 tiles alternating: 446 / 1759.
 LORA_DGRAD_PINGPONG_CONFIG = LINEAR_WIDE_COOPERATIVE_CONFIG
+# LoRA's forward with xs formed on chip (lora.py's lora_fwd_onchip_kernel): the linear forward's
+# 128 x 128 tiles alternating, each stage also holding A's [R_PAD, 64] tile, two xs and two B
+# buffers ([128, R_PAD]) beside the output buffers: 4 stages at R_PAD = 16 (216 KiB). Ranks of
+# 17-32 (3 stages) measured slower than the forms they would replace (H100, bf16, 32768 x 1024
+# -> 1024, r = 32: 155.7 against 150.2 us; benchmarks/NOTES.md, "LoRA's forward with xs formed
+# on chip"): the second MMA reads the x tile from shared memory for a 32-wide product.
+LORA_ONCHIP_CONFIG = dict(LINEAR_PINGPONG_CONFIG)
+LORA_ONCHIP_STAGES = {16: 4}  # stages by R_PAD
 # The backward's dpre with pre recomputed on the tile (save_preact=False with gelu, gelu_tanh or
 # silu): one output buffer per consumer, into which g is read and over which dpre is written.
 # The forward's 128 x 128 tiles (4 stages of 32 KiB + 2 x 32 KiB), except for K <= 512 (the

@@ -24,7 +24,8 @@ when the backward keeps it.
 The scale arrives as two fp32 numbers, ``s = SCALE_HI + SCALE_LO``, so that fp64 inputs keep
 full precision (Triton passes Python floats as fp32).
 
-On compute capability 9.0, with xs given and ranks whose rows TMA can read (``r`` a multiple of
+On compute capability 9.0 ``lora_fwd_onchip_kernel`` forms xs once per unit of a row block's
+column tiles instead (its docstring), for ranks up to 16. With xs given and ranks whose rows TMA can read (``r`` a multiple of
 8 in 16 bits), ``lora_fwd_pingpong_kernel`` runs the forward as linear_act's ping-pong kernel
 (pingpong.py) with ``pre = [x | xs] @ [W | B].T + b``: the rank-r product is one more K step of
 the main loop (``cdiv(r, BLOCK_K)``, the columns past r read as zeros), after x @ W.T.
@@ -39,10 +40,25 @@ import triton
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma
 
 from .activations import activation
 from .gemm import persistent_tile, round_operand, tile_indices, xwT_mainloop, xwT_mainloop_tma
-from .pingpong import pingpong_consumer, pingpong_loader, pingpong_setup
+from .pingpong import (
+    _tma_load,
+    _tma_store,
+    accumulator_layout,
+    pingpong_consumer,
+    pingpong_loader,
+    pingpong_mainloop,
+    pingpong_mainloop_with_rank,
+    pingpong_setup,
+    tile_bias,
+    tma_store_tile,
+)
+
+# A barrier of the calling partition's warps: Triton 3.6 names it thread_barrier, later versions barrier.
+_partition_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
 
 @triton.jit
@@ -191,6 +207,167 @@ def lora_dgrad_pingpong_kernel(
                              STAGES, COOPERATIVE, R)),
         (pingpong_loader, (dpre_in_desc, w_kn_desc, w_kn_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M,
                            STAGES, False, True, d_xa_desc, lora_a_desc, R)),
+    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+
+
+@gluon.jit
+def rank_unit(unit, n_tiles, segments, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """(first row, first column, tile count) of a unit of ``lora_fwd_onchip_kernel``: unit u
+    is segment ``u % segments`` of row block ``u // segments``, the row block's column tiles
+    cut into ``segments`` runs of ``cdiv(n_tiles, segments)`` (the host picks ``segments`` so
+    that none is empty)."""
+    per_unit = gl.cdiv(n_tiles, segments)
+    first_tile = (unit % segments) * per_unit
+    return (unit // segments) * BLOCK_M, first_tile * BLOCK_N, gl.minimum(n_tiles - first_tile, per_unit)
+
+
+@gluon.jit
+def onchip_loader(x_desc, w_desc, rank_a_desc, a_bufs, b_bufs, rank_bufs, ready, empty, M, N, K,
+                  segments, STAGES: gl.constexpr):
+    """Loader partition of ``lora_fwd_onchip_kernel``: the ring's x and W tiles in the
+    consumers' order (the program's units, each unit's tiles in column order), and on the
+    first tile of each unit A's ``[R_PAD, BLOCK_K]`` tile beside them (rows past r read
+    zeros)."""
+    BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    stage_bytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    n_tiles = gl.cdiv(N, BLOCK_N)
+    count = 0
+    for unit in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * segments, gl.num_programs(0)):
+        row_start, first_col, unit_tiles = rank_unit(unit, n_tiles, segments, BLOCK_M, BLOCK_N)
+        for t in range(unit_tiles):
+            col_start = first_col + t * BLOCK_N
+            for kk in range(k_tiles):
+                stage = count % STAGES
+                mbarrier.wait(empty.index(stage), ((count // STAGES) & 1) ^ 1)
+                bar = ready.index(stage)
+                if t == 0:
+                    mbarrier.expect(bar, stage_bytes + rank_a_desc.block_type.nbytes)
+                    _tma_load(rank_a_desc, [0, kk * BLOCK_K], bar, rank_bufs.index(stage))
+                else:
+                    mbarrier.expect(bar, stage_bytes)
+                _tma_load(x_desc, [row_start, kk * BLOCK_K], bar, a_bufs.index(stage))
+                _tma_load(w_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage))
+                count += 1
+
+
+@gluon.jit
+def onchip_consumer(
+    b_ptr, y_desc, pre_desc, xs_out_desc, rank_b_desc, a_bufs, b_bufs, rank_bufs, c_bufs, xs_bufs, rank_b_bufs,
+    ready, empty, turn, xs_ready, rank_b_ready, M, N, K, segments, SCALE_HI, SCALE_LO,
+    CONSUMER: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, STORE_PRE: gl.constexpr,
+    STAGES: gl.constexpr,
+):
+    """Consumer warpgroup ``CONSUMER`` of ``lora_fwd_onchip_kernel``: every second tile of the
+    program. A unit's first tile (whichever consumer has it) runs the main loop with A's tiles
+    beside W's, rounds ``xs = s * x @ A.T`` into the unit's shared buffer (two, alternating by
+    unit) and signals ``xs_ready``; it also writes xs out where its unit starts at column 0.
+    Every tile of the unit waits for that signal after its own main loop, adds ``xs @ B.T``
+    (one MMA, B's tile copied in during the main loop), then bias, activation and stores as
+    ``pingpong_consumer``'s epilogue.
+
+    The buffer of unit j is written again by unit j + 2's first tile, after that tile's main
+    loop, and every tile of unit j has finished its epilogue by then: main loops run in tile
+    order (the turns), and a consumer finishes a tile's epilogue before its next main loop."""
+    BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
+    BLOCK_K: gl.constexpr = a_bufs.type.shape[2]
+    BLOCK_N: gl.constexpr = y_desc.block_type.shape[1]
+    acc_layout: gl.constexpr = accumulator_layout(BLOCK_N)
+    rank_layout: gl.constexpr = accumulator_layout(rank_b_desc.block_type.shape[1])
+    c_buf = c_bufs.index(CONSUMER)
+    rank_b_buf = rank_b_bufs.index(CONSUMER)
+    rank_b_bar = rank_b_ready.index(CONSUMER)
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    n_tiles = gl.cdiv(N, BLOCK_N)
+    local_index = 0  # the program's tile count so far (both consumers count every tile)
+    unit_index = 0
+    mine = 0  # this consumer's tiles so far
+    for unit in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * segments, gl.num_programs(0)):
+        row_start, first_col, unit_tiles = rank_unit(unit, n_tiles, segments, BLOCK_M, BLOCK_N)
+        xs_buf = xs_bufs.index(unit_index % 2)
+        xs_bar = xs_ready.index(unit_index % 2)
+        for t in range(unit_tiles):
+            if local_index % 2 == CONSUMER:
+                col_start = first_col + t * BLOCK_N
+                # the previous tile's epilogue MMA has read this buffer (it waited for its result)
+                mbarrier.expect(rank_b_bar, rank_b_desc.block_type.nbytes)
+                _tma_load(rank_b_desc, [col_start, 0], rank_b_bar, rank_b_buf)
+                if HAS_BIAS:
+                    bias = tile_bias(b_ptr, col_start, N, BLOCK_N, acc_layout)
+                if t == 0:
+                    acc, acc_rank = pingpong_mainloop_with_rank(a_bufs, b_bufs, ready, empty, turn, local_index,
+                                                                k_tiles, CONSUMER, STAGES, False, acc_layout,
+                                                                False, True, rank_bufs, rank_layout)
+                    xs = (acc_rank * SCALE_HI + acc_rank * SCALE_LO).to(xs_out_desc.dtype)
+                    # an xs store out of this buffer two units ago is done: this consumer's by this wait,
+                    # the other's by the output store that followed it in the same epilogue
+                    tma.store_wait(0)
+                    xs_buf.store(xs)
+                    fence_async_shared()
+                    _partition_barrier()  # every thread's part of xs is in the buffer
+                    mbarrier.arrive(xs_bar, count=1)
+                    if first_col == 0:
+                        _tma_store(xs_out_desc, [row_start, 0], xs_buf)
+                else:
+                    acc = pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, local_index, k_tiles, CONSUMER,
+                                            STAGES, False, acc_layout, False)
+                mbarrier.wait(xs_bar, (unit_index // 2) & 1)
+                mbarrier.wait(rank_b_bar, mine & 1)
+                acc = warpgroup_mma(xs_buf, rank_b_buf.permute((1, 0)), acc)
+                if HAS_BIAS:
+                    acc = acc + bias
+                if STORE_PRE:
+                    tma_store_tile(pre_desc, c_buf, acc, row_start, col_start)
+                tma_store_tile(y_desc, c_buf, activation(acc, ACT), row_start, col_start)
+                mine += 1
+            local_index += 1
+        unit_index += 1
+    tma.store_wait(0)
+
+
+@gluon.jit
+def lora_fwd_onchip_kernel(
+    x_desc, w_desc, rank_a_desc, rank_b_desc, b_ptr, xs_out_desc, y_desc, pre_desc,
+    M, N, K, segments, SCALE_HI, SCALE_LO,
+    ACT: gl.constexpr, HAS_BIAS: gl.constexpr, STORE_PRE: gl.constexpr,
+    GROUP_M: gl.constexpr, STAGES: gl.constexpr, COOPERATIVE: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: LORA_ONCHIP_CONFIG
+):
+    """The LoRA forward with x read once for W and A, as a ping-pong kernel: ``pre = x @ W.T +
+    xs @ B.T + b``, ``y = act(pre)``, and ``xs = s * x @ A.T`` [M, r] written for the backward.
+
+    Why: the rank-r product inside every tile's main loop (the Triton kernel's
+    ``LORA_IN_LOOP``) costs each tile a second MMA over its x tiles, about a quarter of a tile
+    at r = 16 (benchmarks/NOTES.md); computed first by cuBLAS it costs a read of x. Here a
+    program owns units of whole column runs of a row block (``rank_unit``; ``segments`` runs
+    per row block, from the host) instead of ``grouped_tile``'s scattered tiles, so the product
+    is formed once per unit, by the unit's first tile, and handed to the unit's other tiles
+    in shared memory. ``A [r, K]`` arrives as ``rank_a_desc`` tiles ``[R_PAD, BLOCK_K]``, ``B
+    [N, r]`` as ``rank_b_desc`` tiles ``[BLOCK_N, R_PAD]``, xs leaves through ``xs_out_desc``
+    (``[BLOCK_M, R_PAD]`` tiles); R_PAD is a power of two >= 16, rows and columns past r read
+    as zeros and are not written. 16-bit data, r a multiple of 8 (TMA's 16-byte rows)."""
+    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w_desc, y_desc, STAGES, False, 1, False)
+    rank_bufs = gl.allocate_shared_memory(rank_a_desc.dtype, [STAGES] + rank_a_desc.block_type.shape,
+                                          rank_a_desc.layout)
+    xs_bufs = gl.allocate_shared_memory(xs_out_desc.dtype, [2] + xs_out_desc.block_type.shape, xs_out_desc.layout)
+    rank_b_bufs = gl.allocate_shared_memory(rank_b_desc.dtype, [2] + rank_b_desc.block_type.shape,
+                                            rank_b_desc.layout)
+    xs_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    rank_b_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(xs_ready.index(i), count=1)
+        mbarrier.init(rank_b_ready.index(i), count=1)
+    gl.warp_specialize([
+        (onchip_consumer, (b_ptr, y_desc, pre_desc, xs_out_desc, rank_b_desc, a_bufs, b_bufs, rank_bufs, c_bufs,
+                           xs_bufs, rank_b_bufs, ready, empty, turn, xs_ready, rank_b_ready, M, N, K, segments,
+                           SCALE_HI, SCALE_LO, 0, ACT, HAS_BIAS, STORE_PRE, STAGES)),
+        (onchip_consumer, (b_ptr, y_desc, pre_desc, xs_out_desc, rank_b_desc, a_bufs, b_bufs, rank_bufs, c_bufs,
+                           xs_bufs, rank_b_bufs, ready, empty, turn, xs_ready, rank_b_ready, M, N, K, segments,
+                           SCALE_HI, SCALE_LO, 1, ACT, HAS_BIAS, STORE_PRE, STAGES)),
+        (onchip_loader, (x_desc, w_desc, rank_a_desc, a_bufs, b_bufs, rank_bufs, ready, empty, M, N, K, segments,
+                         STAGES)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 

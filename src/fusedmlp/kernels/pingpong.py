@@ -44,7 +44,9 @@ together and their epilogues together, while the loader fills the ring for the n
 
 Consumers: ``pingpong_consumer`` serves the fused forwards, ``linear_act_fwd_pingpong_kernel``
 (linear_act.py: y = act(x @ W.T + b)), ``lora_fwd_pingpong_kernel`` (lora.py: the same with
-LoRA's ``xs @ B.T`` as the loader's tail K steps), ``glu_fwd_pingpong_kernel`` (glu.py:
+LoRA's ``xs @ B.T`` as the loader's tail K steps; lora.py's ``lora_fwd_onchip_kernel`` has
+its own loader and consumer around ``pingpong_mainloop_with_rank``, which forms x @ A.T
+beside x @ W.T), ``glu_fwd_pingpong_kernel`` (glu.py:
 y = x1 * act(x2)) and ``lora_dgrad_pingpong_kernel`` (lora.py: LoRA's backward
 dx = dpre @ W + d_xa @ A, W read as ``[K, N]`` tiles, the low-rank term as tail steps); ``pingpong_glu_dh_consumer``
 the GLU backward's dh, with h recomputed on the tile (``glu_bwd_dh_recompute_pingpong_kernel``,
@@ -154,12 +156,29 @@ def pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, local_index, k_tiles,
     COOPERATIVE: no turns; both consumers read every stage, each its half of the x tile's rows
     (the stage is free once both have released it).
     """
+    return pingpong_mainloop_with_rank(a_bufs, b_bufs, ready, empty, turn, local_index, k_tiles, CONSUMER, STAGES,
+                                       W_KN, acc_layout, COOPERATIVE, False, b_bufs, acc_layout)[0]
+
+
+@gluon.jit
+def pingpong_mainloop_with_rank(a_bufs, b_bufs, ready, empty, turn, local_index, k_tiles,
+                                CONSUMER: gl.constexpr, STAGES: gl.constexpr, W_KN: gl.constexpr,
+                                acc_layout: gl.constexpr, COOPERATIVE: gl.constexpr, RANK: gl.constexpr,
+                                rank_bufs, rank_layout: gl.constexpr):
+    """``pingpong_mainloop`` returning (acc, acc_rank). With RANK, ``rank_bufs`` is a ring of
+    ``[R, BLOCK_K]`` tiles beside the weight's (not W_KN, not COOPERATIVE) and each stage's x
+    tile also multiplies its rank tile, a second, R-wide MMA into an accumulator of
+    ``rank_layout``: acc_rank = x_tile @ rank_tile.T (LoRA's x @ A.T, lora.py). Without,
+    ``rank_bufs`` is not read and acc_rank is acc."""
     ROWS: gl.constexpr = a_bufs.type.shape[1] // 2 if COOPERATIVE else a_bufs.type.shape[1]
     ACC_N: gl.constexpr = b_bufs.type.shape[2] if W_KN else b_bufs.type.shape[1]
     if not COOPERATIVE:
         # consumer 0's first wait passes on the fresh barrier; consumer 1's waits for consumer 0
         mbarrier.wait(turn.index(CONSUMER), ((local_index // 2) & 1) ^ (1 - CONSUMER))
     acc = gl.zeros((ROWS, ACC_N), dtype=gl.float32, layout=acc_layout)
+    RANK_N: gl.constexpr = rank_bufs.type.shape[1]
+    if RANK:
+        acc_rank = gl.zeros((ROWS, RANK_N), dtype=gl.float32, layout=rank_layout)
     count = local_index * k_tiles
     prev_stage = 0
     for kk in range(k_tiles):
@@ -174,15 +193,23 @@ def pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, local_index, k_tiles,
         else:
             a_tile = a_bufs.index(stage)
         acc = warpgroup_mma(a_tile, b_tile, acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+        if RANK:  # the stage's pair in flight; the previous stage's pair done
+            acc_rank = warpgroup_mma(a_tile, rank_bufs.index(stage).permute((1, 0)), acc_rank, is_async=True)
+            acc, acc_rank = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc_rank))
+        else:
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
         mbarrier.arrive(empty.index(prev_stage), count=1, pred=kk > 0)
         prev_stage = stage
         count += 1
     if not COOPERATIVE:
         mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    if RANK:
+        acc, acc_rank = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_rank))
+    else:
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        acc_rank = acc
     mbarrier.arrive(empty.index(prev_stage), count=1)
-    return acc
+    return acc, acc_rank
 
 
 @gluon.jit

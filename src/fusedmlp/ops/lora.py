@@ -4,8 +4,12 @@
         y = act(x @ weight.T + bias + scale * (drop(x) @ lora_a.T) @ lora_b.T)
 
 Forward: one kernel (kernels/lora.py), with the rank-r product ``xs = s * x @ A.T`` from one
-of two places:
-- in the base GEMM's main loop, from the same x tiles (x read once for W and A), for base
+of three places:
+- formed on chip once per unit of a row block's column tiles (``lora_fwd_onchip_kernel``: the
+  unit's first tile accumulates it beside the base product from the same x tiles, the unit's
+  other tiles take it from shared memory), on Hopper in 16 bits for ranks 8 and 16, inputs up
+  to ``LORA_PINGPONG_MAX_K`` wide and no dropout (``ONCHIP_FORWARD``, the rule below);
+- in every tile's main loop, from the same x tiles (x read once for W and A), for base
   GEMMs of up to ``IN_LOOP_MAX_MACS`` multiply-adds (``M * out * in``), ranks up to
   ``IN_LOOP_MAX_RANK``, no dropout;
 - from cuBLAS first (``[M, r]``, one more read of x), which the kernel reads in its epilogue:
@@ -73,6 +77,8 @@ from ..kernels.configs import (
     LINEAR_WIDE_COOPERATIVE_CONFIG,
     LORA_CONFIGS,
     LORA_DGRAD_PINGPONG_CONFIG,
+    LORA_ONCHIP_CONFIG,
+    LORA_ONCHIP_STAGES,
     LORA_TMA_CONFIGS,
     Launcher,
 )
@@ -80,6 +86,7 @@ from ..kernels.launch import launch
 from ..kernels.lora import (
     lora_dgrad_pingpong_kernel,
     lora_fwd_kernel,
+    lora_fwd_onchip_kernel,
     lora_fwd_pingpong_kernel,
     lora_fwd_tma_kernel,
     lora_merge_kernel,
@@ -133,6 +140,22 @@ LORA_PINGPONG_MAX_K = 1024
 # against 1.093-1.111x, a tie at r = 64 (benchmarks/NOTES.md, "128 x 256 cooperative tiles");
 # the Triton kernel is the rule where nothing is timed.
 LORA_FORWARD_FORMS = ("tma", "wide")
+# With no dropout, on Hopper in 16 bits, ranks 8 and 16 (configs.py's LORA_ONCHIP_STAGES) and
+# inputs up to LORA_PINGPONG_MAX_K wide, the forward forms xs on chip (lora_fwd_onchip_kernel:
+# once per unit of a row block's column tiles, by the unit's first tile, x read once for W and
+# A); ONCHIP_FORWARD = False sends those calls to the forms below (the tests of those forms set
+# it). ``_onchip_segments`` cuts each row block into units: ONCHIP_RANK_TILE_COST is what a
+# unit's first tile's second MMA costs, in tiles; ONCHIP_X_BYTES bounds the x row blocks read at
+# once (every tile of a unit reads its row block again: from L2 if the programs' row blocks fit).
+# H100, bf16, identity with bias, kernel time in CUDA graphs, units forced (benchmarks/NOTES.md,
+# "LoRA's forward with xs formed on chip"): at 32768 x 1024 -> 1024, r = 16, 147.6 / 135.0 /
+# 132.1 / 146.2 us for 1 / 2 / 4 / 8 runs per row block (x read at once 33 / 17 / 8.6 / 4.3
+# MB), against 146.6 with x @ A.T in every tile's main loop and 113.4 for cuBLAS's addmm; at
+# 8192 rows 48.4 / 30.9 / 32.8 against 36.8 and 28.6. Beyond K = 1024 it lost to the other
+# forms at every count (8192 x 4096 -> 4096: 456.8 at best against 444.2).
+ONCHIP_FORWARD = True
+ONCHIP_RANK_TILE_COST = 0.25
+ONCHIP_X_BYTES = 16 * 2**20
 # The backward's dx with d_xa @ A as the dgrad kernel's last K steps where M * cdiv(r, BLOCK_K)
 # is at most this many times out, against the merged weight beyond (H100, bf16, 4096 x 4096
 # weight, r = 16, kernel time in CUDA graphs, configs.py's LORA_DGRAD_PINGPONG_CONFIG: 415 against
@@ -234,11 +257,67 @@ def _launch_fwd(x, weight, bias, lora_a, lora_b, xs_given, scale, act, store_pre
     return y, pre, xs
 
 
+def _onchip_segments(m: int, n: int, k: int, element_size: int, sms: int, block_m: int, block_n: int) -> int:
+    """Units per row block for ``lora_fwd_onchip_kernel``: the count of runs its column tiles
+    are cut into (none empty) that minimises the busiest program's work, ``cdiv(units, sms)``
+    units of ``cdiv(col_tiles, segments) + ONCHIP_RANK_TILE_COST`` tiles each (the fewest
+    runs among equals), among the counts whose programs read at most ``ONCHIP_X_BYTES`` of x
+    at a time (one ``[BLOCK_M, K]`` row block per run in flight): every tile of a run reads
+    its row block again, which only L2 makes cheap. Where no count qualifies, the one that
+    comes nearest."""
+    row_blocks, col_tiles = cdiv(m, block_m), cdiv(n, block_n)
+    row_block_bytes = block_m * k * element_size
+    best, best_key = 1, None
+    for segments in range(1, col_tiles + 1):
+        per_unit = cdiv(col_tiles, segments)
+        if (segments - 1) * per_unit >= col_tiles:
+            continue
+        units = row_blocks * segments
+        x_bytes = cdiv(min(units, sms), segments) * row_block_bytes
+        key = (max(x_bytes, ONCHIP_X_BYTES), cdiv(units, sms) * (per_unit + ONCHIP_RANK_TILE_COST))
+        if best_key is None or key < best_key:
+            best, best_key = segments, key
+    return best
+
+
+def _launch_onchip(x, weight, bias, lora_a, lora_b, scale, act, store_pre):
+    """(y, pre, xs) from ``lora_fwd_onchip_kernel`` (xs formed on chip and written), or None
+    where it does not apply: a GPU without the ping-pong kernels, rows TMA cannot read or
+    write, ranks other than 8 and 16, inputs wider than LORA_PINGPONG_MAX_K."""
+    m, k = x.shape
+    n, r = weight.shape[0], lora_a.shape[0]
+    rank_block = _rank_block(r)
+    if (not ONCHIP_FORWARD or m == 0 or n == 0 or rank_block not in LORA_ONCHIP_STAGES or k > LORA_PINGPONG_MAX_K
+            or (n * x.element_size()) % 16 or not pingpong_eligible(x, weight, lora_a, lora_b)):
+        return None
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    pre = torch.empty((m, n) if store_pre else (0,), dtype=x.dtype, device=x.device)
+    xs = torch.empty((m, r), dtype=x.dtype, device=x.device)
+    meta = dict(LORA_ONCHIP_CONFIG, STAGES=LORA_ONCHIP_STAGES[rank_block])
+    block_m, block_n, block_k = (meta.pop(name) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    sms = num_sms(x)
+    segments = _onchip_segments(m, n, k, x.element_size(), sms, block_m, block_n)
+    scale_hi, scale_lo = _split_scale(scale)
+    blocks = {"x_desc": (block_m, block_k), "w_desc": (block_n, block_k), "rank_a_desc": (rank_block, block_k),
+              "rank_b_desc": (block_n, rank_block), "xs_out_desc": (block_m, rank_block),
+              "y_desc": (block_m, block_n), "pre_desc": (block_m, block_n)}
+    launch(lora_fwd_onchip_kernel, (min(sms, cdiv(m, block_m) * segments),),
+           x_desc=x, w_desc=weight, rank_a_desc=lora_a, rank_b_desc=lora_b,
+           b_ptr=bias if bias is not None else y, xs_out_desc=xs, y_desc=y, pre_desc=pre if store_pre else y,
+           M=m, N=n, K=k, segments=segments, SCALE_HI=scale_hi, SCALE_LO=scale_lo,
+           ACT=act, HAS_BIAS=bias is not None, STORE_PRE=store_pre, **meta, descriptor_blocks=blocks)
+    return y, pre, xs
+
+
 def lora_forward_impl(x, weight, bias, lora_a, lora_b, x_lora, xs, scale: float, act: str, store_pre: bool):
     """(y, pre, xs_out) for 2-D x: pre if store_pre (else empty), and ``xs = scale * x_lora @ A.T``
     (x_lora = x when None) when this call computed it; a given ``xs`` is used as is (the
     recompute path) and ``xs_out`` is then empty."""
     given = xs is not None
+    if not given and x_lora is None and use_triton(x):
+        onchip = _launch_onchip(x, weight, bias, lora_a, lora_b, scale, act, store_pre)
+        if onchip is not None:
+            return onchip
     r, macs = lora_a.shape[0], x.numel() * weight.shape[0]
     in_loop = (x_lora is None and r * x.element_size() <= 2 * IN_LOOP_MAX_RANK
                and macs <= (IN_LOOP_MAX_MACS if r <= IN_LOOP_WIDE_RANK else IN_LOOP_MAX_MACS // 4))

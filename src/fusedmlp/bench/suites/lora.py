@@ -3,8 +3,10 @@
 Shapes are (tokens, d, r): a square ``d -> d`` base layer with a rank-r adapter, no
 activation (a PEFT LoRA ``Linear``), scale 2, W and b frozen, gradients for x, A and B.
 Implementations, side by side in one run on one device:
-    fused      fusedmlp.lora_linear (xs = s * x @ A.T from the main loop or cuBLAS, by GEMM size)
-    fused_in_loop  the same with x @ A.T always accumulated in the GEMM's main loop (x read once)
+    fused      fusedmlp.lora_linear (xs = s * x @ A.T formed on chip once per unit of a row
+               block's tiles, from every tile's main loop, or from cuBLAS: ops/lora.py)
+    fused_in_loop  the same with x @ A.T always accumulated in every tile's main loop (the
+                   Triton kernel, x read once)
     eager      F.linear(x, W, b) + F.linear(F.linear(x, A), B) * scale: PEFT's LoRA forward
     compile    the same function under torch.compile (default mode)
     compile_max  torch.compile(mode="max-autotune") (only with --max-autotune)
@@ -55,12 +57,13 @@ def _forward_fn(impl: str):
         return lambda x, w, b, a, lb: lora_ops.lora_linear(x, w, b, a, lb, SCALE)
     if impl == "fused_in_loop":
         def in_loop(x, w, b, a, lb):
-            limits = lora_ops.IN_LOOP_MAX_MACS, lora_ops.IN_LOOP_MAX_RANK
-            lora_ops.IN_LOOP_MAX_MACS, lora_ops.IN_LOOP_MAX_RANK = 1 << 62, 64  # every size and rank
+            limits = lora_ops.IN_LOOP_MAX_MACS, lora_ops.IN_LOOP_MAX_RANK, lora_ops.ONCHIP_FORWARD
+            # every size and rank, not the on-chip form
+            lora_ops.IN_LOOP_MAX_MACS, lora_ops.IN_LOOP_MAX_RANK, lora_ops.ONCHIP_FORWARD = 1 << 62, 64, False
             try:
                 return lora_ops.lora_linear(x, w, b, a, lb, SCALE)
             finally:
-                lora_ops.IN_LOOP_MAX_MACS, lora_ops.IN_LOOP_MAX_RANK = limits
+                lora_ops.IN_LOOP_MAX_MACS, lora_ops.IN_LOOP_MAX_RANK, lora_ops.ONCHIP_FORWARD = limits
 
         return in_loop
     if impl == "eager":
