@@ -348,6 +348,8 @@ def lora_fwd_onchip_kernel(
     [N, r]`` as ``rank_b_desc`` tiles ``[BLOCK_N, R_PAD]``, xs leaves through ``xs_out_desc``
     (``[BLOCK_M, R_PAD]`` tiles); R_PAD is a power of two >= 16, rows and columns past r read
     as zeros and are not written. 16-bit data, r a multiple of 8 (TMA's 16-byte rows)."""
+    # GROUP_M and COOPERATIVE come with the linear forward's config and are not used: the units
+    # replace the grouped tile order, and the tiles alternate between the consumers
     a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w_desc, y_desc, STAGES, False, 1, False)
     rank_bufs = gl.allocate_shared_memory(rank_a_desc.dtype, [STAGES] + rank_a_desc.block_type.shape,
                                           rank_a_desc.layout)
