@@ -257,6 +257,7 @@ def _launch_fwd(x, weight, bias, lora_a, lora_b, xs_given, scale, act, store_pre
     return y, pre, xs
 
 
+@functools.lru_cache(maxsize=256)  # a pure function of its arguments, called on every forward
 def _onchip_segments(m: int, n: int, k: int, element_size: int, sms: int, block_m: int, block_n: int) -> int:
     """Units per row block for ``lora_fwd_onchip_kernel``: the count of runs its column tiles
     are cut into (none empty) that minimises the busiest program's work, ``cdiv(units, sms)``
