@@ -15,18 +15,14 @@ import torch
 import fusedmlp.ops.linear_act as linear_ops
 import fusedmlp.ops.lora as lora_ops
 from fusedmlp.bench.harness import graph_us, print_sweep_row, write_sweep
+from fusedmlp.bench.suites.lora import sweep_operands
 
 SHAPES = [(32768, 1024, 1024, 16), (32768, 1024, 1024, 8), (8192, 1024, 1024, 16), (8192, 1024, 1024, 8),
           (65536, 1024, 1024, 16), (16384, 512, 1792, 16), (16384, 1024, 4096, 16)]
 torch.manual_seed(0)
 rows = []
 for m, k, n, r in SHAPES:
-    dt = torch.bfloat16
-    x = torch.randn(m, k, device="cuda", dtype=dt)
-    w = torch.randn(n, k, device="cuda", dtype=dt) / k**0.5
-    b = torch.randn(n, device="cuda", dtype=dt)
-    a = torch.randn(r, k, device="cuda", dtype=dt) / k**0.5
-    lb = torch.randn(n, r, device="cuda", dtype=dt) / r**0.5
+    x, w, b, a, lb = sweep_operands(m, k, n, r)
 
     def lora(onchip):
         def call():

@@ -13,6 +13,7 @@ import fusedmlp.ops._common as common
 import fusedmlp.ops.lora as lora_ops
 import fusedmlp.ops.linear_act as linear_ops
 from fusedmlp.bench.harness import graph_us, print_sweep_row, write_sweep
+from fusedmlp.bench.suites.lora import sweep_operands
 
 SHAPES = [(8192, 4096, 4096, 16), (32768, 4096, 4096, 16), (32768, 1024, 1024, 64), (16384, 4096, 14336, 16),
           (8192, 4096, 4096, 64)]
@@ -20,12 +21,7 @@ lora_ops.LORA_PINGPONG_MAX_K = 1 << 30  # the ping-pong form at every width when
 torch.manual_seed(0)
 rows = []
 for m, k, n, r in SHAPES:
-    dt = torch.bfloat16
-    x = torch.randn(m, k, device="cuda", dtype=dt)
-    w = torch.randn(n, k, device="cuda", dtype=dt) / k**0.5
-    b = torch.randn(n, device="cuda", dtype=dt)
-    a = torch.randn(r, k, device="cuda", dtype=dt) / k**0.5
-    lb = torch.randn(n, r, device="cuda", dtype=dt) / r**0.5
+    x, w, b, a, lb = sweep_operands(m, k, n, r)
     xs = lora_ops._scaled_rank_product(x, a, 2.0)
     call = lambda: lora_ops._launch_fwd(x, w, b, a, lb, xs, 2.0, "identity", False)  # noqa: E731
     row = dict(shape=[m, k, n, r], cublas=graph_us(lambda: x @ w.T), cublas_addmm=graph_us(lambda: torch.addmm(b, x, w.T)))

@@ -73,6 +73,17 @@ def _forward_fn(impl: str):
     raise ValueError(impl)
 
 
+def sweep_operands(m: int, k: int, n: int, r: int, dtype=torch.bfloat16):
+    """(x [m, k], W [n, k], b [n], A [r, k], B [n, r]) on the GPU, unit-scale products, no
+    gradients: the operands of the kernel sweeps in benchmarks/ (lora_*_sweep.py)."""
+    x = torch.randn(m, k, device="cuda", dtype=dtype)
+    w = torch.randn(n, k, device="cuda", dtype=dtype) / k**0.5
+    b = torch.randn(n, device="cuda", dtype=dtype)
+    a = torch.randn(r, k, device="cuda", dtype=dtype) / k**0.5
+    lb = torch.randn(n, r, device="cuda", dtype=dtype) / r**0.5
+    return x, w, b, a, lb
+
+
 def _make_inputs(shape, dtype):
     tokens, d, r = shape
     x = torch.randn(tokens, d, device="cuda", dtype=dtype, requires_grad=True)
