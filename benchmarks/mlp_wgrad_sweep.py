@@ -60,7 +60,7 @@ def wgrad(x, d, saved, plan, bn, bk, br, warps, stages, slice_factor):
     a_inputs = tuple(saved[i] for i in range(layers - 1))
     launch(mlp_wgrad_kernel, (tiles, slices), x, tuple(d), a_inputs if a_inputs else (x,), out,
            m, rps, x.stride(0), x.stride(1), plan.total,
-           WIDTHS=plan.widths, A_ACTS=plan.a_acts, HAS_BIAS=plan.has_bias, OFFSETS=plan.offsets,
+           WIDTHS=plan.widths, X_COLS=x.shape[1], A_ACTS=plan.a_acts, HAS_BIAS=plan.has_bias, OFFSETS=plan.offsets,
            TILE_N=tn, TILE_K=tk, BLOCK_R=br, **dot_meta(dt), num_warps=warps, num_stages=stages)
     if slices > 1:
         launch(mlp_reduce_kernel, (triton.cdiv(plan.total, 1024),), out, grads, plan.total, slices, BLOCK=1024,

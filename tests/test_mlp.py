@@ -211,10 +211,17 @@ def test_misaligned_products_use_padded_rows_in_place(device, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_unaligned_wide_input_aligned_rows(device, dtype, small_on_chip):
+def test_unaligned_wide_input_aligned_rows(device, dtype, small_on_chip, monkeypatch):
     """A 70-wide input reaches the forward kernel copied into zero-padded 72-wide rows (16
     bytes), W_0 with zero columns to match, whatever x's layout (contiguous, padded rows
-    holding NaN, column-major). Inputs narrower than ALIGN_MIN_WIDTH are left as they are."""
+    holding NaN, column-major). Inputs narrower than ALIGN_MIN_WIDTH are left as they are.
+    The weight-gradient kernel reads those rows 72 wide (its loads of x whole vectors; the
+    padding, NaN included, reaches only columns of dW_0 that are not stored), and an input
+    whose rows have no room 70 wide."""
+    wgrad_x_cols = []
+    real_launch = mlp_ops.launch
+    monkeypatch.setattr(mlp_ops, "launch", lambda kernel, *a, **k: (
+        wgrad_x_cols.append(k["X_COLS"]) if kernel is mlp_ops.mlp_wgrad_kernel else None) or real_launch(kernel, *a, **k))
     w0 = torch.randn(80, 70, device=device).to(dtype)
     x = torch.randn(37, 70, device=device).to(dtype)
     for layout in (x, _nan_padded_rows(x), x.t().contiguous().t()):
@@ -224,8 +231,17 @@ def test_unaligned_wide_input_aligned_rows(device, dtype, small_on_chip):
         assert torch.equal(w_wide[:, :70], w0) and torch.count_nonzero(w_wide[:, 70:]) == 0
     narrow, x_narrow = w0[:, :13], x[:, :13]
     assert mlp_ops._aligned_first_layer(x_narrow, narrow) == (x_narrow, narrow)
+    width = 72  # whole 16-byte units: 9 of 8 bf16 elements, 18 of 4 fp32 ones
     for x_transform in (_nan_padded_rows, None, lambda t: t.t().contiguous().t()):
+        wgrad_x_cols.clear()
         check_stack([70, 80, 24, 1], device, dtype, "relu", "sigmoid", g_offset=1.0, x_transform=x_transform)
+        assert wgrad_x_cols and set(wgrad_x_cols) == {width}, wgrad_x_cols
+    wgrad_x_cols.clear()
+    check_stack([70, 80, 24, 1], device, dtype, "relu", "sigmoid", g_offset=1.0, recompute=True)
+    assert wgrad_x_cols and set(wgrad_x_cols) == {width}, wgrad_x_cols
+    wgrad_x_cols.clear()
+    check_stack([13, 40, 8], device, dtype, "relu", None)  # a narrow input is not copied: no room
+    assert wgrad_x_cols and set(wgrad_x_cols) == {13}, wgrad_x_cols
 
 
 def record_padding_launches(monkeypatch) -> list:

@@ -409,13 +409,16 @@ def mlp_dgrad_kernel(
 @triton.jit
 def _wgrad_tile(
     out_ptr, d_ptr, a_ptr, b_offset, tile_n, tile_k, row_begin, row_end, stride_am, stride_ak,
-    N: tl.constexpr, K: tl.constexpr, A_ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    N: tl.constexpr, K: tl.constexpr, K_READ: tl.constexpr, A_ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """``dW[n, k] = sum_r d[r, n] a[r, k]`` over rows [row_begin, row_end) into ``out_ptr``
     (``[N, K]`` row-major, then the ``[N]`` bias gradient at ``b_offset``, tile_k == 0 only).
-    ``A_ACT``: the saved tensor is z, and a = act(z) is formed on load ("identity": a as saved)."""
+    ``A_ACT``: the saved tensor is z, and a = act(z) is formed on load ("identity": a as saved).
+    a's rows are read ``K_READ >= K`` columns wide: past K only columns of dW that are not
+    stored depend on them, and a width of whole 16-byte units lets the loads be vectors (a mask
+    of 367 columns splits every load of the tile into 2-byte ones)."""
     n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
     k = tile_k * BLOCK_K + tl.arange(0, BLOCK_K)
     acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=ACC_DTYPE)
@@ -425,7 +428,7 @@ def _wgrad_tile(
         mask_r = r < row_end
         d = tl.load(d_ptr + r[:, None] * N + n[None, :], mask=mask_r[:, None] & (n[None, :] < N), other=0.0)
         a = tl.load(a_ptr + r[:, None] * stride_am + k[None, :] * stride_ak,
-                    mask=mask_r[:, None] & (k[None, :] < K), other=0.0)
+                    mask=mask_r[:, None] & (k[None, :] < K_READ), other=0.0)
         if A_ACT != "identity":
             a = round_operand(activation(a.to(ACC_DTYPE), A_ACT), a_ptr.dtype.element_ty, UPCAST)
         if HAS_BIAS:
@@ -446,7 +449,7 @@ def _wgrad_tile(
 def mlp_wgrad_kernel(
     x_ptr, d_ptrs, a_ptrs, out_ptr,   # a[i]: the saved tensor giving layer i+1's input; out: see below
     M, rows_per_slice, stride_xm, stride_xk, SLICE_STRIDE,
-    WIDTHS: tl.constexpr, A_ACTS: tl.constexpr, HAS_BIAS: tl.constexpr, OFFSETS: tl.constexpr,
+    WIDTHS: tl.constexpr, X_COLS: tl.constexpr, A_ACTS: tl.constexpr, HAS_BIAS: tl.constexpr, OFFSETS: tl.constexpr,
     TILE_N: tl.constexpr, TILE_K: tl.constexpr, BLOCK_R: tl.constexpr,
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
@@ -457,6 +460,8 @@ def mlp_wgrad_kernel(
 
     ``out`` holds, for each layer at ``tl.constexpr(OFFSETS[i])``, ``dW_i`` row-major then ``db_i``: the
     gradients themselves with one slice, fp32 partials (slice s at ``s * SLICE_STRIDE``) otherwise.
+    ``X_COLS``: how many columns of each x row are read (``WIDTHS[0]``, or more where the rows
+    have room: ``_wgrad_tile``'s K_READ).
     """
     LAYERS: tl.constexpr = len(A_ACTS)
     tile = tl.program_id(0)
@@ -475,7 +480,8 @@ def mlp_wgrad_kernel(
                 a_ptr, stride_am, stride_ak = a_ptrs[i - 1], tl.constexpr(WIDTHS[i]), 1
             _wgrad_tile(
                 out_ptr + tl.constexpr(OFFSETS[i]), d_ptrs[i], a_ptr, tl.constexpr(WIDTHS[i + 1]) * tl.constexpr(WIDTHS[i]), local // TILES_K, local % TILES_K,
-                row_begin, row_end, stride_am, stride_ak, tl.constexpr(WIDTHS[i + 1]), tl.constexpr(WIDTHS[i]), tl.constexpr(A_ACTS[i]), tl.constexpr(HAS_BIAS[i]),
+                row_begin, row_end, stride_am, stride_ak, tl.constexpr(WIDTHS[i + 1]), tl.constexpr(WIDTHS[i]),
+                X_COLS if i == 0 else tl.constexpr(WIDTHS[i]), tl.constexpr(A_ACTS[i]), tl.constexpr(HAS_BIAS[i]),
                 tl.constexpr(TILE_N[i]), tl.constexpr(TILE_K[i]), BLOCK_R, ACC_DTYPE, DOT_PRECISION, UPCAST,
             )
         first_tile = first_tile + TILES

@@ -19,13 +19,17 @@ mode inside ``fusedmlp.graph_capture_mode`` (a step to be replayed from a CUDA g
 Backward: the dgrad kernel (every ``dL/dz_i``, and dx, in one pass from the last layer to the
 first; for an input wider than ``FULL_MAX`` dx is one cuBLAS product after it), then one
 grouped wgrad launch for every dW and db (plus a fixed-order reduction of its
-row-slice partials when the batch is large): 2-3 launches whatever the depth. For a stack
-whose input is wider than ``FULL_MAX`` (DLRM's 367-wide top MLP), from
+row-slice partials when the batch is large): 2-3 launches whatever the depth. The wgrad
+kernel reads x's rows whole 16-byte units wide where they have room (the forward's
+zero-padded copy of a 367-wide input, DLRM's interaction rows), so its loads of x are vectors.
+For a stack whose input is wider than ``FULL_MAX`` (DLRM's 367-wide top MLP), from
 ``CUBLAS_WGRAD_MIN_ROWS`` rows on a GPU, the weight gradients are cuBLAS products of the saved
-tensors instead (one per layer, and a product with a ones vector per bias): measured on an H200 in bf16 at
-batch 65536 (``benchmarks/mlp_wgrad_sweep.py``), the top MLP's weight gradients take 285 us
-this way and 395 us with the grouped kernel's best tiles, while the bottom MLP's (13 wide
-input) take 147 us with the kernel and 198 us this way.
+tensors instead (``_weight_grads_cublas``: one per layer, and a product with a ones vector per
+bias). The top MLP's weight gradients on an H100 in bf16 (``benchmarks/mlp_wgrad_cols.py``),
+kernel / cuBLAS: 13.9 / 33.8 us at 2048 rows, 38.5 / 58.6 at 8192, 68.5 / 70.5 at 16384,
+119 / 109 at 32768, 216 / 165 at 65536 (the kernel reading 367 columns: 26-396 us); the
+captured fwd+bwd steps tie at 16384 rows (160 us). The bottom MLP's (13 wide input) take 147
+us with the kernel and 198 us on cuBLAS at 65536 rows (H200, ``benchmarks/mlp_wgrad_sweep.py``).
 
 What the backward keeps, per layer (``recompute=False``, the default): the output for
 activations whose derivative is a function of it (identity, relu, squared_relu, sigmoid; it
@@ -412,25 +416,20 @@ def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool, pad
         _mm_into(d[0], w0, dx)
     if (g.is_cuda and not plan.dx_direct and m >= CUBLAS_WGRAD_MIN_ROWS
             and all(a == "identity" for a in plan.a_acts)):
-        grads = g.new_empty((plan.total,))
-        ones = _ones(m, g)  # bias gradients as d_i^T @ 1: cuBLAS reads d_i once (torch.sum's column
-        for i in range(layers):  # reduction took 62 us for 65536 x 512 bf16 on an H200)
-            rows, cols = plan.widths[i + 1], plan.widths[i]
-            start = plan.offsets[i]
-            _mm_into(d[i].t(), x if i == 0 else saved[i - 1], grads[start:start + rows * cols].view(rows, cols))
-            if plan.has_bias[i]:
-                torch.mv(d[i].t(), ones, out=grads[start + rows * cols:start + rows * cols + rows])
-        return dx, grads
-
+        return dx, _weight_grads_cublas(d, x, saved, plan)
     tile_n, tile_k, block_r, tiles, slices, rows_per_slice = _wgrad_geometry(
         plan, m, g.dtype, 4 if INTERPRET else num_sms(g), shared_memory_per_block(g))
     grads = g.new_empty((plan.total,))
     out = grads if slices == 1 else g.new_empty((slices, plan.total), dtype=acc_torch)
     a_inputs = tuple(saved[i] for i in range(layers - 1))
+    # x's rows read whole 16-byte units wide where they have room (the forward's padded copy,
+    # DLRM's interaction rows): vector loads instead of 2-byte ones for a 367-wide input
+    x_cols = aligned_width(plan.widths[0], x.element_size())
+    x_cols = x_cols if widened(x, x_cols) is not None else plan.widths[0]
     launch(
         mlp_wgrad_kernel, (tiles, slices), x, tuple(d), a_inputs if a_inputs else (x,), out,
         m, rows_per_slice, x.stride(0), x.stride(1), plan.total,
-        WIDTHS=plan.widths, A_ACTS=plan.a_acts, HAS_BIAS=plan.has_bias, OFFSETS=plan.offsets,
+        WIDTHS=plan.widths, X_COLS=x_cols, A_ACTS=plan.a_acts, HAS_BIAS=plan.has_bias, OFFSETS=plan.offsets,
         TILE_N=tile_n, TILE_K=tile_k, BLOCK_R=block_r, **dot_meta(g.dtype), num_warps=4, num_stages=_WGRAD_STAGES,
     )
     if slices > 1:
@@ -438,6 +437,21 @@ def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool, pad
             mlp_reduce_kernel, (cdiv(plan.total, _REDUCE_BLOCK),), out, grads, plan.total, slices, BLOCK=_REDUCE_BLOCK, UPCAST=dot_meta(g.dtype)["UPCAST"],
         )
     return dx, grads
+
+
+def _weight_grads_cublas(d, x, saved, plan: MLPPlan):
+    """The flat dW_0, db_0, dW_1, ... buffer as cuBLAS products of the d_i and the saved layer
+    inputs (which must be those inputs themselves: ``plan.a_acts`` all identity), one per
+    weight and one per bias."""
+    grads = d[0].new_empty((plan.total,))
+    ones = _ones(d[0].shape[0], d[0])  # bias gradients as d_i^T @ 1: cuBLAS reads d_i once (torch.sum's
+    for i in range(plan.layers):  # column reduction took 62 us for 65536 x 512 bf16 on an H200)
+        rows, cols = plan.widths[i + 1], plan.widths[i]
+        start = plan.offsets[i]
+        _mm_into(d[i].t(), x if i == 0 else saved[i - 1], grads[start:start + rows * cols].view(rows, cols))
+        if plan.has_bias[i]:
+            torch.mv(d[i].t(), ones, out=grads[start + rows * cols:start + rows * cols + rows])
+    return grads
 
 
 _ONES = {}
