@@ -86,7 +86,15 @@ def test_fused_matches_eager_and_float64(interaction, table_optimizer):
         sparse_update_reference(expected, grad, SparseOptimizer(table_optimizer, lr, state=state))
         change = model.state_dict()[key].double() - before.double()
         assert change.abs().max() > 0, key
-        assert _rel(change, expected - before.double()) < 1e-4, key
+        # Adagrad's first step is lr * g / (|g| + eps): lr * sign(g) wherever |g| >> eps, anything
+        # in [-lr, lr] where g is within the fp32 model's rounding of zero. On an H100, 3 of 400
+        # seeds failed the bound through one entry with |g| 4e-8 to 2e-7 of the table's largest
+        # (rel 9e-4 to 1e-2; with such entries left out 8e-8 to 9e-8). They are left out here;
+        # every other entry is compared.
+        kept = (grad == 0) | (grad.abs() > 1e-6 * grad.abs().max()) if table_optimizer == "adagrad" else \
+            torch.ones_like(grad, dtype=torch.bool)
+        assert kept.float().mean() > 0.9, key
+        assert _rel(change[kept], (expected - before.double())[kept]) < 1e-4, key
 
 
 def _args(tmp_path, *extra):

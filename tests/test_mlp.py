@@ -109,6 +109,25 @@ def test_every_activation(device, activation, small_on_chip):
     check_stack([13, 80, 24, 16], device, torch.float32, activation, last_activation=activation)
 
 
+@pytest.mark.parametrize("ahead", [True, False], ids=["ahead", "in_turn"])
+@pytest.mark.parametrize("sizes", [[13, 80, 24, 16], [20, 16, 80, 24, 1]], ids=["from_x", "from_h"])
+def test_streamed_loads_ahead_or_in_turn(device, sizes, ahead, small_on_chip, monkeypatch):
+    """A streamed layer whose input is one narrow tile (x in one K step, or h) loads its next
+    chunk's weight tile and bias ahead (when training, or up to LOADS_AHEAD_MAX_ROWS rows), in
+    turn otherwise: both forms, whatever the batch and mode here."""
+    monkeypatch.setattr(mlp_ops, "_loads_ahead", lambda m, modes: ahead)
+    assert "streamed" in mlp_ops.mlp_plan(tuple(sizes), ("relu",) * (len(sizes) - 1), (True,) * (len(sizes) - 1),
+                                          32).roles
+    check_stack(sizes, device, torch.bfloat16, "relu", "sigmoid", g_offset=1.0)
+    check_stack(sizes, device, torch.float32, "gelu", "relu", bias=[True, False] + [True] * (len(sizes) - 3),
+                batch=(70,))
+    x, weights, biases, _ = make_stack(sizes, device, True, (50,))
+    with torch.no_grad():  # the inference forward: nothing saved
+        y = fusedmlp.mlp(x.float(), [w.float() for w in weights], [b.float() for b in biases], "relu", "sigmoid")
+    want = fusedmlp.mlp_reference(x, weights, biases, "relu", "sigmoid")
+    assert rel_err(y, want) < TOLERANCE[torch.float32]
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize(
     "sizes,roles",

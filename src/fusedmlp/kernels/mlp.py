@@ -27,7 +27,8 @@ rest, so layers have roles, chosen by the host (ops/mlp.py):
 
 Layer 0 reads x from memory through the shared main loop (kernels/gemm.py) in ``BLOCK_IN``
 steps, so the input width is free (13 or 367: the masks pad it). A streamed layer 0 re-reads
-its x rows once per chunk (they stay in L1/L2). A wide input of unaligned width (367) comes
+its x rows once per chunk (they stay in L1/L2), unless they fit one K step and the chunks load
+ahead (``_streamed_pair``): then once. A wide input of unaligned width (367) comes
 in rows padded to a multiple of 16 bytes with zeros (``mlp_pad_rows_kernel``), W_0 likewise,
 so that both are read in 16-byte vectors: with rows of 734 bytes every load would be a
 2-byte one. Padded columns of a tile carry ``act(0)`` (0.5 for a sigmoid), harmless: the
@@ -189,25 +190,65 @@ def _streamed_pair(
     HAS_BIAS: tl.constexpr,
     ACT: tl.constexpr, SAVE: tl.constexpr,
     N_NEXT: tl.constexpr, N_NEXT_PAD: tl.constexpr, HAS_BIAS_NEXT: tl.constexpr, ACT_NEXT: tl.constexpr,
-    SAVE_NEXT: tl.constexpr,
+    SAVE_NEXT: tl.constexpr, LOADS_AHEAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_IN: tl.constexpr,
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """A wide layer streamed into the next one: each ``BLOCK_C``-column chunk of its activation
     is multiplied into the next layer's accumulator as soon as it exists. Returns the next
-    layer's activation ``[BLOCK_M, N_NEXT_PAD]`` (fp32)."""
+    layer's activation ``[BLOCK_M, N_NEXT_PAD]`` (fp32).
+
+    A program's time here is a serial chain of chunks (one row block alone takes nearly as
+    long as a whole 2048-row grid), so with LOADS_AHEAD (the host's choice: ops/mlp.py), where
+    the layer's input is one narrow tile (at most ``AHEAD_K`` wide: h on chip, or x in one K
+    step, then loaded once), the next chunk's weight tile and bias are loaded while this
+    chunk's dots run (benchmarks/NOTES.md, "The MLP forward's loads one chunk ahead"). Not on
+    128-row tiles: with 3 stages they would overflow shared memory, and they are for wide
+    inputs. The next layer's bias is loaded before the loop either way."""
     DTYPE: tl.constexpr = w_ptr.dtype.element_ty
+    AHEAD_K: tl.constexpr = 64  # a [64, BLOCK_C] tile more in registers, at most
+    AHEAD: tl.constexpr = LOADS_AHEAD and BLOCK_M <= 64 and K_PAD <= AHEAD_K and (not FROM_X or K_PAD <= BLOCK_IN)
     next_cols = tl.arange(0, N_NEXT_PAD)
     acc_next = tl.zeros((BLOCK_M, N_NEXT_PAD), dtype=ACC_DTYPE)
-    for c in range(0, N, BLOCK_C):
-        cols = c + tl.arange(0, BLOCK_C)
-        a = _layer_columns(h, x_ptr, w_ptr, b_ptr, saved_ptr, rows, mask_rows, cols, stride_xm, stride_xk, K, N,
-                           K_PAD, FROM_X, HAS_BIAS, ACT, SAVE, BLOCK_M, BLOCK_C, BLOCK_IN, ACC_DTYPE,
-                           DOT_PRECISION, UPCAST)
-        w_next_t = _weight_block(w_next_ptr, next_cols[None, :], cols[:, None], N_NEXT, N, UPCAST)
-        acc_next = tl.dot(_operand(a, DTYPE, UPCAST), w_next_t, acc_next, input_precision=DOT_PRECISION,
-                          out_dtype=ACC_DTYPE)
-    return _finish_layer(acc_next, b_next_ptr, saved_next_ptr, rows, mask_rows, next_cols, N_NEXT, HAS_BIAS_NEXT,
+    if HAS_BIAS_NEXT:  # loaded before the loop, off the chain after it
+        b_next = tl.load(b_next_ptr + next_cols, mask=next_cols < N_NEXT, other=0.0).to(ACC_DTYPE)
+    if AHEAD:
+        k = tl.arange(0, K_PAD)
+        if FROM_X:
+            a_in = _operand(tl.load(x_ptr + rows[:, None] * stride_xm + k[None, :] * stride_xk,
+                                    mask=mask_rows[:, None] & (k[None, :] < K), other=0.0), DTYPE, UPCAST)
+        else:
+            a_in = h
+        cols_ahead = tl.arange(0, BLOCK_C)
+        w_t_ahead = _weight_block(w_ptr, cols_ahead[None, :], k[:, None], N, K, UPCAST)
+        if HAS_BIAS:
+            b_ahead = tl.load(b_ptr + cols_ahead, mask=cols_ahead < N, other=0.0).to(ACC_DTYPE)
+        for c in range(0, N, BLOCK_C):
+            cols = cols_ahead
+            w_t = w_t_ahead
+            cols_ahead = cols + BLOCK_C  # past N on the last chunk: masked to zeros, never used
+            w_t_ahead = _weight_block(w_ptr, cols_ahead[None, :], k[:, None], N, K, UPCAST)
+            acc = tl.dot(a_in, w_t, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
+            if HAS_BIAS:
+                acc += b_ahead[None, :]
+                b_ahead = tl.load(b_ptr + cols_ahead, mask=cols_ahead < N, other=0.0).to(ACC_DTYPE)
+            a = _finish_layer(acc, b_ptr, saved_ptr, rows, mask_rows, cols, N, False, ACT, SAVE, ACC_DTYPE,
+                              UPCAST)
+            w_next_t = _weight_block(w_next_ptr, next_cols[None, :], cols[:, None], N_NEXT, N, UPCAST)
+            acc_next = tl.dot(_operand(a, DTYPE, UPCAST), w_next_t, acc_next, input_precision=DOT_PRECISION,
+                              out_dtype=ACC_DTYPE)
+    else:
+        for c in range(0, N, BLOCK_C):
+            cols = c + tl.arange(0, BLOCK_C)
+            a = _layer_columns(h, x_ptr, w_ptr, b_ptr, saved_ptr, rows, mask_rows, cols, stride_xm, stride_xk, K, N,
+                               K_PAD, FROM_X, HAS_BIAS, ACT, SAVE, BLOCK_M, BLOCK_C, BLOCK_IN, ACC_DTYPE,
+                               DOT_PRECISION, UPCAST)
+            w_next_t = _weight_block(w_next_ptr, next_cols[None, :], cols[:, None], N_NEXT, N, UPCAST)
+            acc_next = tl.dot(_operand(a, DTYPE, UPCAST), w_next_t, acc_next, input_precision=DOT_PRECISION,
+                              out_dtype=ACC_DTYPE)
+    if HAS_BIAS_NEXT:
+        acc_next += b_next[None, :]
+    return _finish_layer(acc_next, b_next_ptr, saved_next_ptr, rows, mask_rows, next_cols, N_NEXT, False,
                          ACT_NEXT, SAVE_NEXT, ACC_DTYPE, UPCAST)
 
 
@@ -217,6 +258,7 @@ def mlp_fwd_kernel(
     M, M_KEY, stride_xm, stride_xk,
     WIDTHS: tl.constexpr, PADS: tl.constexpr, ROLES: tl.constexpr, ACTS: tl.constexpr,
     HAS_BIAS: tl.constexpr, SAVE: tl.constexpr,   # SAVE[i]: "pre", "out" or "none"
+    LOADS_AHEAD: tl.constexpr,                    # a streamed layer loads its next chunk's tiles ahead
     BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_IN: tl.constexpr,
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
@@ -257,7 +299,7 @@ def mlp_fwd_kernel(
                 tl.constexpr(WIDTHS[i]), tl.constexpr(WIDTHS[i + 1]), tl.constexpr(PADS[i]), i == 0,
                 tl.constexpr(HAS_BIAS[i]), tl.constexpr(ACTS[i]), tl.constexpr(SAVE[i]),
                 tl.constexpr(WIDTHS[i + 2]), tl.constexpr(PADS[i + 2]), tl.constexpr(HAS_BIAS[i + 1]),
-                tl.constexpr(ACTS[i + 1]), tl.constexpr(SAVE[i + 1]),
+                tl.constexpr(ACTS[i + 1]), tl.constexpr(SAVE[i + 1]), LOADS_AHEAD,
                 BLOCK_M, BLOCK_C, BLOCK_IN, ACC_DTYPE, DOT_PRECISION, UPCAST,
             )
             if i + 1 == LAYERS - 1:

@@ -85,6 +85,16 @@ __all__ = ["mlp", "mlp_reference", "mlp_plan", "FULL_MAX"]
 # Widest layer output kept whole on chip (a BLOCK_M x FULL_MAX fp32 accumulator); wider
 # layers are streamed in BLOCK_C-column chunks.
 FULL_MAX = 256
+# A streamed layer whose input is one narrow tile loads its next chunk's weight tile and bias
+# while the current chunk's dots run (kernels/mlp.py, _streamed_pair): a program's serial
+# chain of chunks is the kernel's time when there are few row blocks per multiprocessor, and
+# when the forward writes tensors for the backward at any batch. An inference forward (nothing
+# saved) does it up to this many rows (rounded up to a power of two, as the tuner's key):
+# beyond, the grid hides the loads' latency and the tile held ahead costs occupancy. H100, bf16,
+# CUDA-graph kernel time, best config each way (benchmarks/NOTES.md, "The MLP forward's loads
+# one chunk ahead"): training forward 0.72-0.99x at 2048-65536 rows on DLRM's bottom MLP and a
+# 32-64-512-64-16 stack; inference 0.76-0.98x up to 16384 rows, 1.00-1.45x at 32768-65536.
+LOADS_AHEAD_MAX_ROWS = 16384
 # Inputs at least this wide whose rows are not a multiple of 16 bytes (DLRM's 367) reach the
 # forward kernel in aligned rows, W_0 padded likewise (``_aligned_first_layer``). Narrower ones
 # (13) are left alone: a K loop of one step gains nothing from it, and the copies would add
@@ -129,7 +139,7 @@ _REDUCE_BLOCK = 1024
 CUBLAS_WGRAD_MIN_ROWS = 16384
 
 _KEY = ["M_KEY", "WIDTHS", "ROLES", "ACTS"]
-_fwd_launcher = Launcher(mlp_fwd_kernel, MLP_FWD_CONFIGS, key=_KEY + ["HAS_BIAS", "SAVE"])
+_fwd_launcher = Launcher(mlp_fwd_kernel, MLP_FWD_CONFIGS, key=_KEY + ["HAS_BIAS", "SAVE", "LOADS_AHEAD"])
 _dgrad_launcher = Launcher(mlp_dgrad_kernel, MLP_DGRAD_CONFIGS, key=_KEY + ["FROM_OUTPUT", "NEEDS_DX"])
 
 
@@ -324,6 +334,11 @@ def _launch_forward(x, weights, biases, plan: MLPPlan, save: bool, graphed: bool
     return y, saved, ((x_in, w0) if x_in is not x else (empty, empty))
 
 
+def _loads_ahead(m: int, modes: tuple) -> bool:
+    """Whether the forward's streamed layers load their next chunk ahead (LOADS_AHEAD_MAX_ROWS)."""
+    return modes != ("none",) * len(modes) or autotune_m_key(m) <= LOADS_AHEAD_MAX_ROWS
+
+
 def _launch_stack(x, weights, biases, plan: MLPPlan, modes: tuple):
     """(y, saved, empty): the whole-stack kernel over x and the weights as given (x's rows and
     W_0's as the kernel is to read them), saving per ``modes``; ``empty``, an empty tensor,
@@ -340,7 +355,8 @@ def _launch_stack(x, weights, biases, plan: MLPPlan, modes: tuple):
         tuple(t if t.numel() else y for t in saved),
         M=m, M_KEY=autotune_m_key(m), stride_xm=x.stride(0), stride_xk=x.stride(1),
         WIDTHS=(weights[0].shape[1],) + plan.widths[1:], PADS=plan.pads, ROLES=plan.roles, ACTS=plan.acts,
-        HAS_BIAS=plan.has_bias, SAVE=modes, BLOCK_IN=_block_in(plan), **dot_meta(x.dtype),
+        HAS_BIAS=plan.has_bias, SAVE=modes, LOADS_AHEAD=_loads_ahead(m, modes), BLOCK_IN=_block_in(plan),
+        **dot_meta(x.dtype),
         fp64=x.dtype == torch.float64,
     )
     return y, saved, empty
