@@ -100,6 +100,12 @@ def _weight_block(w_ptr, n, k, N: tl.constexpr, K: tl.constexpr, UPCAST: tl.cons
 
 
 @triton.jit
+def _bias_block(b_ptr, cols, N: tl.constexpr, ACC_DTYPE: tl.constexpr):
+    """``b[cols]`` of an ``[N]`` bias in the accumulator dtype (zero outside)."""
+    return tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(ACC_DTYPE)
+
+
+@triton.jit
 def _load_block(ptr, rows, mask_rows, cols, N: tl.constexpr, ACC_DTYPE: tl.constexpr):
     """Rows x cols of a contiguous ``[M, N]`` tensor, in the accumulator dtype (zero outside)."""
     block = tl.load(ptr + rows[:, None] * N + cols[None, :], mask=mask_rows[:, None] & (cols[None, :] < N),
@@ -211,7 +217,7 @@ def _streamed_pair(
     next_cols = tl.arange(0, N_NEXT_PAD)
     acc_next = tl.zeros((BLOCK_M, N_NEXT_PAD), dtype=ACC_DTYPE)
     if HAS_BIAS_NEXT:  # loaded before the loop, off the chain after it
-        b_next = tl.load(b_next_ptr + next_cols, mask=next_cols < N_NEXT, other=0.0).to(ACC_DTYPE)
+        b_next = _bias_block(b_next_ptr, next_cols, N_NEXT, ACC_DTYPE)
     if AHEAD:
         k = tl.arange(0, K_PAD)
         if FROM_X:
@@ -222,8 +228,9 @@ def _streamed_pair(
         cols_ahead = tl.arange(0, BLOCK_C)
         w_t_ahead = _weight_block(w_ptr, cols_ahead[None, :], k[:, None], N, K, UPCAST)
         if HAS_BIAS:
-            b_ahead = tl.load(b_ptr + cols_ahead, mask=cols_ahead < N, other=0.0).to(ACC_DTYPE)
-        for c in range(0, N, BLOCK_C):
+            b_ahead = _bias_block(b_ptr, cols_ahead, N, ACC_DTYPE)
+    for c in range(0, N, BLOCK_C):
+        if AHEAD:
             cols = cols_ahead
             w_t = w_t_ahead
             cols_ahead = cols + BLOCK_C  # past N on the last chunk: masked to zeros, never used
@@ -231,21 +238,17 @@ def _streamed_pair(
             acc = tl.dot(a_in, w_t, input_precision=DOT_PRECISION, out_dtype=ACC_DTYPE)
             if HAS_BIAS:
                 acc += b_ahead[None, :]
-                b_ahead = tl.load(b_ptr + cols_ahead, mask=cols_ahead < N, other=0.0).to(ACC_DTYPE)
+                b_ahead = _bias_block(b_ptr, cols_ahead, N, ACC_DTYPE)
             a = _finish_layer(acc, b_ptr, saved_ptr, rows, mask_rows, cols, N, False, ACT, SAVE, ACC_DTYPE,
                               UPCAST)
-            w_next_t = _weight_block(w_next_ptr, next_cols[None, :], cols[:, None], N_NEXT, N, UPCAST)
-            acc_next = tl.dot(_operand(a, DTYPE, UPCAST), w_next_t, acc_next, input_precision=DOT_PRECISION,
-                              out_dtype=ACC_DTYPE)
-    else:
-        for c in range(0, N, BLOCK_C):
+        else:
             cols = c + tl.arange(0, BLOCK_C)
             a = _layer_columns(h, x_ptr, w_ptr, b_ptr, saved_ptr, rows, mask_rows, cols, stride_xm, stride_xk, K, N,
                                K_PAD, FROM_X, HAS_BIAS, ACT, SAVE, BLOCK_M, BLOCK_C, BLOCK_IN, ACC_DTYPE,
                                DOT_PRECISION, UPCAST)
-            w_next_t = _weight_block(w_next_ptr, next_cols[None, :], cols[:, None], N_NEXT, N, UPCAST)
-            acc_next = tl.dot(_operand(a, DTYPE, UPCAST), w_next_t, acc_next, input_precision=DOT_PRECISION,
-                              out_dtype=ACC_DTYPE)
+        w_next_t = _weight_block(w_next_ptr, next_cols[None, :], cols[:, None], N_NEXT, N, UPCAST)
+        acc_next = tl.dot(_operand(a, DTYPE, UPCAST), w_next_t, acc_next, input_precision=DOT_PRECISION,
+                          out_dtype=ACC_DTYPE)
     if HAS_BIAS_NEXT:
         acc_next += b_next[None, :]
     return _finish_layer(acc_next, b_next_ptr, saved_next_ptr, rows, mask_rows, next_cols, N_NEXT, False,
