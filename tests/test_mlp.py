@@ -663,6 +663,72 @@ def test_every_config_on_gpu(index):
             check_stack(sizes, "cuda", torch.float16, "relu", "sigmoid", batch=(300,), g_offset=1.0)
 
 
+def test_launcher_timing_is_checked():
+    from fusedmlp.kernels.configs import MLP_FWD_CONFIGS, Launcher
+    from fusedmlp.kernels.mlp import mlp_fwd_kernel
+
+    with pytest.raises(ValueError, match="timing"):
+        Launcher(mlp_fwd_kernel, MLP_FWD_CONFIGS, key=["M_KEY"], timing="cudagraph")
+    assert mlp_ops._fwd_launcher.timing == mlp_ops._dgrad_launcher.timing == mlp_ops.MLP_TUNER_TIMING == "graph"
+
+
+@pytest.mark.gpu
+def test_graph_timed_tuning_on_gpu(monkeypatch):
+    """Autotuning on, each config timed from a CUDA graph (configs.graph_timing, the MLP
+    launchers' way): the first call of a key times every config of the forward's and the
+    dgrad's tables, the tuner keeps the fastest, and output and gradients match float64; a
+    step captured in a CUDA graph afterwards (the tuned configs, no timing) replays the same."""
+    import fusedmlp.kernels.configs as configs
+    from fusedmlp.kernels.mlp import mlp_dgrad_kernel, mlp_fwd_kernel
+
+    monkeypatch.setattr(configs, "AUTOTUNE", True)
+    timed = []
+
+    def recorded(kernel_call, quantiles):
+        at = real(kernel_call, quantiles)
+        timed.append(at)
+        return at
+
+    real = configs.graph_timing
+    monkeypatch.setattr(configs, "graph_timing", recorded)
+    fwd = configs.Launcher(mlp_fwd_kernel, configs.MLP_FWD_CONFIGS[:3], key=mlp_ops._fwd_launcher.key, timing="graph")
+    dgrad = configs.Launcher(mlp_dgrad_kernel, configs.MLP_DGRAD_CONFIGS[:3], key=mlp_ops._dgrad_launcher.key,
+                             timing="graph")
+    monkeypatch.setattr(mlp_ops, "_fwd_launcher", fwd)
+    monkeypatch.setattr(mlp_ops, "_dgrad_launcher", dgrad)
+    check_stack(DLRM_BOTTOM, "cuda", torch.bfloat16, "relu", "relu", batch=(3000,))
+    # one forward key (training) and one dgrad key, three configs each
+    assert len(timed) == 6 and all(len(at) == 3 and 0 < at[1] <= at[0] <= at[2] < 1e3 for at in timed)
+    for launcher in (fwd, dgrad):
+        timings = launcher.tuned.configs_timings
+        assert len(timings) == 3 and launcher.tuned.best_config == min(timings, key=timings.get)
+
+    x, weights, biases, g = make_stack(DLRM_BOTTOM, "cuda", True, (3000,))
+    leaves = [t.to(torch.bfloat16).requires_grad_() for t in [x] + weights + biases]
+
+    def step():
+        for leaf in leaves:
+            leaf.grad = None
+        y = fusedmlp.mlp(leaves[0], leaves[1:5], leaves[5:], "relu", "relu")
+        y.backward(g.to(torch.bfloat16))
+        return [y.detach()] + [leaf.grad for leaf in leaves]
+
+    eager = [t.clone() for t in step()]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert len(timed) == 6  # nothing timed again, nothing timed inside the capture
+    for got, want in zip(static, eager):  # the same kernels on the same inputs
+        assert rel_err(got, want) < 1e-3
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("activation", ["gelu", "silu"])
 def test_other_activations_on_gpu(activation):

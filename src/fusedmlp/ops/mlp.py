@@ -139,8 +139,12 @@ _REDUCE_BLOCK = 1024
 CUBLAS_WGRAD_MIN_ROWS = 16384
 
 _KEY = ["M_KEY", "WIDTHS", "ROLES", "ACTS"]
-_fwd_launcher = Launcher(mlp_fwd_kernel, MLP_FWD_CONFIGS, key=_KEY + ["HAS_BIAS", "SAVE", "LOADS_AHEAD"])
-_dgrad_launcher = Launcher(mlp_dgrad_kernel, MLP_DGRAD_CONFIGS, key=_KEY + ["FROM_OUTPUT", "NEEDS_DX"])
+# How the tuner times the forward's and the dgrad's configs (kernels/configs.py, Launcher).
+MLP_TUNER_TIMING = "graph"
+_fwd_launcher = Launcher(mlp_fwd_kernel, MLP_FWD_CONFIGS, key=_KEY + ["HAS_BIAS", "SAVE", "LOADS_AHEAD"],
+                         timing=MLP_TUNER_TIMING)
+_dgrad_launcher = Launcher(mlp_dgrad_kernel, MLP_DGRAD_CONFIGS, key=_KEY + ["FROM_OUTPUT", "NEEDS_DX"],
+                           timing=MLP_TUNER_TIMING)
 
 
 @dataclass(frozen=True)
