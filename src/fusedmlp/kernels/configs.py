@@ -366,7 +366,15 @@ def graph_timing(kernel_call, quantiles):
     microseconds picked configs up to 26% slower than the best (the MLP tables' comment above).
     Captured on a stream of its own that waits for the caller's (the inputs may still be in
     flight) and thread-locally (another thread's CUDA calls, a data loader's pinned copies, do
-    not break the capture); the caller's stream then waits for it."""
+    not break the capture); the caller's stream then waits for it. Nothing can be timed while
+    the caller's stream is being captured: a clear error then, before any CUDA call that would
+    invalidate that capture."""
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            "fusedmlp tunes a kernel on its first call with each shape, and this first call came "
+            "during a CUDA graph capture, where nothing can be timed: run the step once before "
+            "capturing it (the usual warm-up), or set FUSEDMLP_AUTOTUNE=0"
+        )
     caller = torch.cuda.current_stream()
     side = torch.cuda.Stream()
     side.wait_stream(caller)
