@@ -83,6 +83,31 @@ def test_cached_launches_match_triton_path(dtype, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("timing", ["events", "graph"])
+def test_first_call_inside_a_capture_is_a_clear_error(timing, monkeypatch):
+    """Autotuning on, a shape's first call during a CUDA graph capture cannot time its configs:
+    a RuntimeError saying to warm up, with either timing, and the capture is left usable (it
+    ends cleanly); the same call outside tunes and computes right."""
+    import fusedmlp.kernels.configs as configs
+    import fusedmlp.ops.mlp as mlp_ops
+    from fusedmlp.kernels.mlp import mlp_fwd_kernel
+
+    monkeypatch.setattr(configs, "AUTOTUNE", True)
+    fresh = configs.Launcher(mlp_fwd_kernel, configs.MLP_FWD_CONFIGS[:2], key=mlp_fwd_launcher.key, timing=timing)
+    monkeypatch.setattr(mlp_ops, "_fwd_launcher", fresh)
+    sizes = (13, 64, 8)
+    ws = [(torch.randn(o, i, device="cuda") / i**0.5).to(torch.bfloat16) for i, o in zip(sizes, sizes[1:])]
+    bs = [torch.randn(o, device="cuda").to(torch.bfloat16) for o in sizes[1:]]
+    x = torch.randn(500, sizes[0], device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="warm-up"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            fusedmlp.mlp(x, ws, bs, "relu", None)
+    y = fusedmlp.mlp(x, ws, bs, "relu", None)
+    ref = mlp_reference(x.double(), [t.double() for t in ws], [t.double() for t in bs], "relu", None)
+    assert len(fresh.tuned.configs_timings) == 2 and _rel(y, ref) < 3e-2
+
+
+@pytest.mark.gpu
 @pytest.mark.skipif(not launch_mod.FAST_LAUNCH, reason="the cache runs on Triton 3.6 GPUs")
 def test_misaligned_input_after_aligned_one_is_not_served_the_aligned_kernel():
     """An input 2 bytes off 16-byte alignment, after the aligned one filled the cache: a

@@ -14,6 +14,7 @@ import os
 
 import torch
 import triton
+import triton.testing
 
 from .launch import INTERPRET, FastLaunch, as_descriptors
 
@@ -358,6 +359,24 @@ GRAPH_TIMING_REPLAYS = 10
 _GRAPH_TIMING_MAX_LAUNCHES = 1000
 
 
+def _refuse_capture():
+    """A clear error where a config would be timed while the current stream is being captured."""
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            "fusedmlp tunes a kernel on its first call with each shape, and this first call came "
+            "during a CUDA graph capture, where nothing can be timed: run the step once before "
+            "capturing it (the usual warm-up), or set FUSEDMLP_AUTOTUNE=0"
+        )
+
+
+def event_timing(kernel_call, quantiles):
+    """Triton's default timing (``triton.testing.do_bench``: each launch alone, CUDA events,
+    the L2 flushed before it), with ``_refuse_capture``'s error first: inside a capture
+    do_bench's device synchronize would fail in CUDA and break the capture."""
+    _refuse_capture()
+    return triton.testing.do_bench(kernel_call, quantiles=quantiles)
+
+
 def graph_timing(kernel_call, quantiles):
     """Milliseconds of one ``kernel_call`` at ``quantiles`` (the autotuner's ``do_bench``),
     timed as launches replayed from a CUDA graph: no host time between them and no L2 flush, as
@@ -367,14 +386,9 @@ def graph_timing(kernel_call, quantiles):
     Captured on a stream of its own that waits for the caller's (the inputs may still be in
     flight) and thread-locally (another thread's CUDA calls, a data loader's pinned copies, do
     not break the capture); the caller's stream then waits for it. Nothing can be timed while
-    the caller's stream is being captured: a clear error then, before any CUDA call that would
-    invalidate that capture."""
-    if torch.cuda.is_current_stream_capturing():
-        raise RuntimeError(
-            "fusedmlp tunes a kernel on its first call with each shape, and this first call came "
-            "during a CUDA graph capture, where nothing can be timed: run the step once before "
-            "capturing it (the usual warm-up), or set FUSEDMLP_AUTOTUNE=0"
-        )
+    the caller's stream is being captured: ``_refuse_capture``'s error then, before any CUDA
+    call that would invalidate that capture."""
+    _refuse_capture()
     caller = torch.cuda.current_stream()
     side = torch.cuda.Stream()
     side.wait_stream(caller)
@@ -424,8 +438,9 @@ class Launcher:
     (kernels/launch.py: the same kernel and config, a fraction of the host time).
     ``ieee_configs``, if given, replace ``configs`` for launches with DOT_PRECISION "ieee"
     (fp32 dots on CUDA cores: smaller tiles, see _LINEAR_IEEE_TILES).
-    ``timing``: how the tuner times a config, "events" (Triton's default: each launch alone
-    after an L2 flush) or "graph" (``graph_timing``: for kernels of a few microseconds).
+    ``timing``: how the tuner times a config, "events" (``event_timing``, Triton's default:
+    each launch alone after an L2 flush) or "graph" (``graph_timing``: for kernels of a few
+    microseconds). Either refuses to time during a CUDA graph capture, with a clear error.
     """
 
     def __init__(self, kernel, configs, key, fixed=None, ieee_configs=None, timing="events"):
@@ -451,7 +466,7 @@ class Launcher:
         tune = AUTOTUNE and not INTERPRET and len(configs) > 1  # a single config runs as it is
         if not tune:
             return None
-        do_bench = graph_timing if self.timing == "graph" else None
+        do_bench = graph_timing if self.timing == "graph" else event_timing
         return triton.autotune(configs=configs, key=key, do_bench=do_bench)(self.kernel)
 
     def _run_fixed(self, grid, args, kwargs, meta):
