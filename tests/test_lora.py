@@ -370,6 +370,56 @@ def test_dgrad_tail_on_gpu(monkeypatch, activation, save_preact):
         assert launches == (0 if not tail else 3 if chunked and activation != "identity" else 1), (rows, r, kernels)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation", ["identity", "gelu_tanh"])
+def test_rank_products_beside_the_dgrad_on_gpu(monkeypatch, activation):
+    """From BESIDE_DGRAD_MIN_MACS (forced to 0 here) the tail dgrad kernel runs on the
+    high-priority stream with the fewest programs that take as many rounds of tiles (5 tiles
+    on 4 SMs: 3 programs of 2 rounds), while dB and dA run on the current stream: outputs and
+    every gradient against float64, the same bits as with the products after the kernel, in
+    row chunks (where dpre is a stream's transient freed after each chunk) and replayed from a
+    CUDA graph."""
+    import fusedmlp.ops._common as common
+    import fusedmlp.ops.lora as ops
+
+    recording_pingpong_launches(monkeypatch, ops, sms=4)  # 4 SMs; launches recorded below with their stream
+    launches = []
+    recording = ops.launch_pingpong
+    monkeypatch.setattr(ops, "launch_pingpong", lambda kernel, *args, **kwargs: (
+        launches.append((kernel, args[3], torch.cuda.current_stream())), recording(kernel, *args, **kwargs))[1])
+    if activation != "identity":  # 600 rows in chunks of 256
+        monkeypatch.setattr(common, "BWD_MIN_CHUNK_ROWS", 256)
+        monkeypatch.setattr(common, "BWD_CHUNK_BYTES", 0)
+    rows, d_in, d_out, r = 600, 200, 104, 16
+    tensors, g = make_inputs((rows,), d_in, d_out, r, "cuda")
+    leaves = [t.detach().bfloat16().requires_grad_(t.requires_grad) for t in tensors]
+
+    def grads(min_macs):
+        monkeypatch.setattr(ops, "BESIDE_DGRAD_MIN_MACS", min_macs)
+        for t in leaves:
+            t.grad = None
+        launches.clear()
+        fusedmlp.lora_linear(*leaves, 2.0, activation).backward(g.bfloat16())
+        return [t.grad.clone() for t in leaves if t.requires_grad]
+
+    after = grads(1 << 62)
+    assert [(p, s) for k, p, s in launches if k is ops.lora_dgrad_pingpong_kernel] == \
+        [(4, torch.cuda.current_stream())] * (1 if activation == "identity" else 3)
+    beside = grads(0)
+    dgrads = [(p, s) for k, p, s in launches if k is ops.lora_dgrad_pingpong_kernel]
+    high = common._side_stream(torch.cuda.current_device())[0]
+    assert high.priority < torch.cuda.current_stream().priority  # lower numbers go first
+    # chunks of 256, 256 and 88 rows: 2, 2 and 1 row tiles of 128 on 4 SMs
+    assert dgrads == ([(3, high)] if activation == "identity" else [(2, high), (2, high), (1, high)]), dgrads
+    for got, want in zip(beside, after):
+        assert torch.equal(got, want)
+    monkeypatch.setattr(ops, "BESIDE_DGRAD_MIN_MACS", 0)
+    run_check(tensors, g, torch.bfloat16, activation, scale=2.0, what="rank products beside the dgrad")
+    check_replayed_step(lambda *ts: fusedmlp.lora_linear(*ts, 2.0, activation),
+                        lambda *ts: rounded_reference(torch.bfloat16)(*ts, 2.0, activation),
+                        lambda: make_inputs((rows,), d_in, d_out, r, "cuda"), what="beside the dgrad, replayed")
+
+
 @pytest.mark.parametrize("activation,save_preact", [("gelu", False), ("silu", True)])
 def test_fewer_rows_than_outputs(device, activation, save_preact):
     """M < out: dx is dpre @ W with the low-rank term added after (not the merged weight)."""

@@ -151,6 +151,36 @@ def shared_memory_per_block(t: torch.Tensor) -> int:
     return _device_properties(t)[2]
 
 
+@functools.lru_cache(maxsize=None)
+def _side_stream(index: int):
+    return torch.cuda.Stream(index, priority=-(2**16)), torch.cuda.Event(), torch.cuda.Event()
+
+
+def fork_join(device: torch.device, on_side, meanwhile):
+    """``on_side()`` launched on one stream per GPU at the highest priority (its programs are
+    placed on SMs before other work that became ready with it), after the current stream's work
+    so far; ``meanwhile()`` launched on the current stream; then the current stream waits for
+    the side one. Returns ``on_side()``'s result. Memory that ``on_side`` writes should be
+    allocated before the call (on the current stream, which the join orders after the side's
+    work). Two cached events and two stream switches, not ``wait_stream``'s new events and a
+    stream context: the host time of a fork is what it must save on the GPU."""
+    side, forked, joined = _side_stream(device.index if device.index is not None else torch.cuda.current_device())
+    main = torch.cuda.current_stream()
+    forked.record(main)
+    side.wait_event(forked)
+    torch.cuda.set_stream(side)
+    try:
+        result = on_side()
+    finally:
+        torch.cuda.set_stream(main)
+    try:
+        meanwhile()
+    finally:
+        joined.record(side)
+        main.wait_event(joined)
+    return result
+
+
 def num_sms(t: torch.Tensor) -> int:
     """Streaming multiprocessors of ``t``'s GPU: the program count of persistent kernels."""
     return _device_properties(t)[1]

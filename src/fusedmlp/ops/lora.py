@@ -55,6 +55,12 @@ B at 1e-3 and 1e-1), dx's relative error against float64 was 2.3e-3 with the mer
 once). With dropout the LoRA path's input is a dropped-out copy of x, so the low-rank term
 goes to that copy (``d_xa @ A``, through the mask) and dx is ``dpre @ W``.
 
+With the tail kernel, from ``BESIDE_DGRAD_MIN_MACS`` multiply-adds of the base GEMM, dB and dA
+(memory-bound: a read of dpre, a read of x) run beside it: the kernel on a high-priority stream
+with the fewest programs that take as many rounds of tiles as one per SM, the products on the
+current stream, where the SMs left over and those freed by the kernel's last round take them;
+the current stream then waits for the kernel. The same bits either way.
+
 What the backward keeps is ``linear_act``'s choice (``save_preact``; the output for
 activations whose derivative follows from it; otherwise nothing, pre recomputed from x and
 the saved xs), plus xs ``[M, r]``. Dropout is PyTorch's (``F.dropout`` on x, outside the
@@ -101,6 +107,7 @@ from ._common import (
     check_same_dtype_device,
     check_tensor,
     dot_meta,
+    fork_join,
     grad_needed,
     launch_pingpong,
     next_power_of_2,
@@ -161,6 +168,17 @@ ONCHIP_X_BYTES = 16 * 2**20
 # weight, r = 16, kernel time in CUDA graphs, configs.py's LORA_DGRAD_PINGPONG_CONFIG: 415 against
 # 430 us at 8192 rows, a tie at 32768; at 32768 x 1024 -> 1024 124 against 119).
 DGRAD_TAIL_ROWS_PER_OUTPUT = 8
+# With the tail kernel, dB = dpre.T @ xs and dA = d_xa.T @ x (memory-bound: one read of dpre and
+# one of x) run on the current stream while the dgrad kernel runs on a high-priority stream
+# with the fewest programs that take as many rounds of tiles as one per SM (1024 tiles: 128
+# programs of 8 against 132 of 7.76), the SMs left over taking the products; for base GEMMs of
+# at least this many multiply-adds: the fork costs a launch's worth of host time (36-52 us on
+# the H100 machines here), which a plain call at a smaller shape may not hide. H100, bf16,
+# fwd+bwd steps in CUDA graphs, identity with bias, W frozen, blocks of one form
+# (benchmarks/lora_beside_dgrad.py), ms: 8192 x 4096 r 16 0.890 -> 0.858, r 64 0.905 -> 0.885,
+# 32768 x 4096 r 16 3.687 -> 3.642, r 64 3.627 -> 3.598, 2048 x 4096 r 16 0.250 -> 0.251; eager
+# PEFT's 1.168 / 1.196 / 4.624 / 4.612 / 0.285. The same gradient bits either way.
+BESIDE_DGRAD_MIN_MACS = 2**36
 lora_forward_form = FastestForm(fields=("device", "dtype", "m_key", "n", "k", "r", "activation", "bias", "store_pre"))
 _FWD_KEY = ["M_KEY", "N", "K", "R_PAD", "ACT", "HAS_BIAS", "STORE_PRE", "LORA_IN_LOOP"]
 _fwd_launcher = Launcher(lora_fwd_kernel, LORA_CONFIGS, key=_FWD_KEY)
@@ -345,17 +363,39 @@ def _dgrad_tail_wanted(m, weight, lora_a) -> bool:
             and m * cdiv(r, block_k) <= DGRAD_TAIL_ROWS_PER_OUTPUT * weight.shape[0])
 
 
-def _dgrad_with_tail(dpre, weight, d_xa, lora_a):
+def _dgrad_with_tail(dpre, weight, d_xa, lora_a, beside=()):
     """``dx = dpre @ W + d_xa @ A`` [M, in]: one ping-pong kernel (kernels/lora.py) where dpre's
-    rows are readable by TMA, else cuBLAS with the low-rank term as the GEMM's addend."""
+    rows are readable by TMA, else cuBLAS with the low-rank term as the GEMM's addend.
+    ``beside``: functions (the rank products dB and dA) run on the current stream while the
+    kernel runs on a high-priority stream, from ``BESIDE_DGRAD_MIN_MACS``; after it otherwise."""
     dx = dpre.new_empty((dpre.shape[0], weight.shape[1]))
-    if not pingpong_eligible(dpre, weight, d_xa, lora_a, dx):
-        return torch.addmm(d_xa @ lora_a, dpre, weight, out=dx)
     m, n = dx.shape
-    launch_pingpong(lora_dgrad_pingpong_kernel, LORA_DGRAD_PINGPONG_CONFIG, m, n, num_sms(dpre),
-                    {"dpre_in_desc": dpre, "d_xa_desc": d_xa}, {}, {"dx_desc": dx},
-                    {"w_kn_desc": weight, "lora_a_desc": lora_a},
-                    M=m, N=n, K=weight.shape[0], R=lora_a.shape[0])
+
+    def run_beside():
+        for run in beside:
+            run()
+
+    if not pingpong_eligible(dpre, weight, d_xa, lora_a, dx):
+        torch.addmm(d_xa @ lora_a, dpre, weight, out=dx)
+        run_beside()
+        return dx
+    config, programs = LORA_DGRAD_PINGPONG_CONFIG, num_sms(dpre)
+    fork = bool(beside) and m * n * weight.shape[0] >= BESIDE_DGRAD_MIN_MACS
+    if fork:  # the fewest programs that take as many rounds of tiles: the SMs left take the products
+        tiles = cdiv(m, config["BLOCK_M"] * (2 if config.get("COOPERATIVE") else 1)) * cdiv(n, config["BLOCK_N"])
+        programs = cdiv(tiles, cdiv(tiles, programs))
+
+    def dgrad():
+        launch_pingpong(lora_dgrad_pingpong_kernel, config, m, n, programs,
+                        {"dpre_in_desc": dpre, "d_xa_desc": d_xa}, {}, {"dx_desc": dx},
+                        {"w_kn_desc": weight, "lora_a_desc": lora_a},
+                        M=m, N=n, K=weight.shape[0], R=lora_a.shape[0])
+
+    if fork:
+        fork_join(dpre.device, dgrad, run_beside)
+    else:
+        dgrad()
+        run_beside()
     return dx
 
 
@@ -397,15 +437,16 @@ def _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, scale,
     tail = lora_dx and not traced and _dgrad_tail_wanted(m, weight, lora_a)
     merged = _merged_weight(weight, lora_b, lora_a, scale, traced) if lora_dx and not tail and m >= out else None
     d_xa_rows = x.new_empty((m, r)) if lora_dx and not tail and merged is None else None
-    chunk = {}  # the current row chunk's d_xa, for the tail kernel
+    chunk = {"beside": []}  # the current row chunk's d_xa, and its dB, dA, for the tail kernel
 
     def lora_terms(rows, dpre):  # dB, dA, dx_lora and (without the merged weight) dx's d_xa
+        later = chunk["beside"].append if tail else (lambda run: run())
         if needs_lb:
-            accumulate("b", dpre.t(), xs[rows])
+            later(lambda: accumulate("b", dpre.t(), xs[rows]))
         if needs_a or needs_xl or d_xa_rows is not None or tail:
             d_xa = dpre.new_empty((dpre.shape[0], r)).addmm_(dpre, lora_b, beta=0, alpha=scale)
             if needs_a:
-                accumulate("a", d_xa.t(), lora_input[rows])
+                later(lambda: accumulate("a", d_xa.t(), lora_input[rows]))
             if needs_xl:
                 grads["x_lora"][rows] = d_xa @ lora_a
             if d_xa_rows is not None:
@@ -414,7 +455,8 @@ def _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, scale,
                 chunk["d_xa"] = d_xa
 
     def dgrad_with_tail(rows, dpre):  # run after lora_terms on the same rows
-        return _dgrad_with_tail(dpre, weight, chunk.pop("d_xa"), lora_a)
+        beside, chunk["beside"] = chunk["beside"], []
+        return _dgrad_with_tail(dpre, weight, chunk.pop("d_xa"), lora_a, beside)
 
     dx, dw, db = backward_formula(grad_y, x, weight, bias, saved, act, mode, (needs_x, needs_w, needs_b), traced,
                                   recompute_pre=recompute_pre, extra_terms=lora_terms,
