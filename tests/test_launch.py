@@ -108,6 +108,81 @@ def test_first_call_inside_a_capture_is_a_clear_error(timing, monkeypatch):
 
 
 @pytest.mark.gpu
+def test_fork_join_on_gpu():
+    """ops/_common.py's fork_join: the side function's launches go to a stream of the highest
+    priority after the caller's earlier work (a slow write before the fork is seen), the other
+    function's to the caller's stream, and the caller's later work sees the side's slow write;
+    one side stream per thread; in a capture with no side stream made yet, both run on the
+    capturing stream, creating none, and the replay computes the same."""
+    import threading
+
+    from fusedmlp.ops import _common as common
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    found = {}
+
+    def forked_step(tag, spin=True):
+        caller = torch.cuda.current_stream()
+        a = torch.zeros(1 << 16, device=device)
+        side_out, main_out = torch.empty_like(a), torch.empty_like(a)
+        if spin:
+            torch.cuda._sleep(10**7)  # the fill below is late: the side stream must wait for it
+        a.fill_(3.0)
+
+        def on_side():
+            found[tag] = torch.cuda.current_stream()
+            if spin:
+                torch.cuda._sleep(10**7)  # the side's write is late: the caller must wait for it
+            return torch.mul(a, 2.0, out=side_out)
+
+        result = common.fork_join(device, on_side, lambda: torch.add(a, 1.0, out=main_out))
+        later = side_out + 0.0  # on the caller's stream, after the join
+        return caller, result, main_out, later
+
+    def in_thread(target):
+        errors = []
+
+        def run():
+            try:
+                target()
+            except BaseException as error:  # reported in the test's thread
+                errors.append(error)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+        if errors:
+            raise errors[0]
+
+    def plain(tag):
+        caller, result, main_out, later = forked_step(tag)
+        torch.cuda.synchronize()
+        assert found[tag] != caller and found[tag].priority < caller.priority
+        assert found[tag].priority == torch.cuda.Stream(priority=common.SIDE_STREAM_PRIORITY).priority
+        assert (result == 6).all() and (main_out == 4).all() and (later == 6).all()
+        assert common._side_stream(device.index, create=False)[0] == found[tag]
+
+    in_thread(lambda: plain("first"))
+    in_thread(lambda: plain("second"))
+    assert found["first"] != found["second"]
+
+    def captured():
+        assert common._side_stream(device.index, create=False) is None
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            caller, result, main_out, later = forked_step("captured", spin=False)
+        assert found["captured"] == caller  # one stream: no side stream made during the capture
+        assert common._side_stream(device.index, create=False) is None
+        for t in (result, main_out, later):
+            t.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert (result == 6).all() and (main_out == 4).all() and (later == 6).all()
+
+    in_thread(captured)
+
+
+@pytest.mark.gpu
 @pytest.mark.skipif(not launch_mod.FAST_LAUNCH, reason="the cache runs on Triton 3.6 GPUs")
 def test_misaligned_input_after_aligned_one_is_not_served_the_aligned_kernel():
     """An input 2 bytes off 16-byte alignment, after the aligned one filled the cache: a

@@ -383,10 +383,12 @@ def test_rank_products_beside_the_dgrad_on_gpu(monkeypatch, activation):
     import fusedmlp.ops.lora as ops
 
     recording_pingpong_launches(monkeypatch, ops, sms=4)  # 4 SMs; launches recorded below with their stream
-    launches = []
+    launches = []  # (kernel, programs, stream priority, on the caller's stream); the backward runs on autograd's thread
     recording = ops.launch_pingpong
+    caller = torch.cuda.current_stream()
     monkeypatch.setattr(ops, "launch_pingpong", lambda kernel, *args, **kwargs: (
-        launches.append((kernel, args[3], torch.cuda.current_stream())), recording(kernel, *args, **kwargs))[1])
+        launches.append((kernel, args[3], torch.cuda.current_stream().priority, torch.cuda.current_stream() == caller)),
+        recording(kernel, *args, **kwargs))[1])
     if activation != "identity":  # 600 rows in chunks of 256
         monkeypatch.setattr(common, "BWD_MIN_CHUNK_ROWS", 256)
         monkeypatch.setattr(common, "BWD_CHUNK_BYTES", 0)
@@ -403,14 +405,15 @@ def test_rank_products_beside_the_dgrad_on_gpu(monkeypatch, activation):
         return [t.grad.clone() for t in leaves if t.requires_grad]
 
     after = grads(1 << 62)
-    assert [(p, s) for k, p, s in launches if k is ops.lora_dgrad_pingpong_kernel] == \
-        [(4, torch.cuda.current_stream())] * (1 if activation == "identity" else 3)
+    assert [launch[1:] for launch in launches if launch[0] is ops.lora_dgrad_pingpong_kernel] == \
+        [(4, caller.priority, True)] * (1 if activation == "identity" else 3)
     beside = grads(0)
-    dgrads = [(p, s) for k, p, s in launches if k is ops.lora_dgrad_pingpong_kernel]
-    high = common._side_stream(torch.cuda.current_device())[0]
-    assert high.priority < torch.cuda.current_stream().priority  # lower numbers go first
+    dgrads = [launch[1:] for launch in launches if launch[0] is ops.lora_dgrad_pingpong_kernel]
+    high = torch.cuda.Stream(priority=common.SIDE_STREAM_PRIORITY).priority
+    assert high < caller.priority  # lower numbers go first
     # chunks of 256, 256 and 88 rows: 2, 2 and 1 row tiles of 128 on 4 SMs
-    assert dgrads == ([(3, high)] if activation == "identity" else [(2, high), (2, high), (1, high)]), dgrads
+    programs = [3] if activation == "identity" else [2, 2, 1]
+    assert dgrads == [(count, high, False) for count in programs], dgrads
     for got, want in zip(beside, after):
         assert torch.equal(got, want)
     monkeypatch.setattr(ops, "BESIDE_DGRAD_MIN_MACS", 0)

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import math
 import os
+import threading
 
 import torch
 import triton.language as tl
@@ -151,20 +152,36 @@ def shared_memory_per_block(t: torch.Tensor) -> int:
     return _device_properties(t)[2]
 
 
-@functools.lru_cache(maxsize=None)
-def _side_stream(index: int):
-    return torch.cuda.Stream(index, priority=-(2**16)), torch.cuda.Event(), torch.cuda.Event()
+_SIDE_STREAMS = threading.local()  # per thread: the events of two threads' forks must not mix
+SIDE_STREAM_PRIORITY = -(2**16)  # PyTorch maps it to the highest priority the GPU has
+
+
+def _side_stream(index: int, create: bool = True):
+    """(stream, fork event, join event) of this thread on GPU ``index``; None if there are none
+    yet and ``create`` is False."""
+    cache = _SIDE_STREAMS.__dict__.setdefault("by_device", {})
+    if index not in cache and create:
+        cache[index] = torch.cuda.Stream(index, priority=SIDE_STREAM_PRIORITY), torch.cuda.Event(), torch.cuda.Event()
+    return cache.get(index)
 
 
 def fork_join(device: torch.device, on_side, meanwhile):
-    """``on_side()`` launched on one stream per GPU at the highest priority (its programs are
-    placed on SMs before other work that became ready with it), after the current stream's work
-    so far; ``meanwhile()`` launched on the current stream; then the current stream waits for
-    the side one. Returns ``on_side()``'s result. Memory that ``on_side`` writes should be
-    allocated before the call (on the current stream, which the join orders after the side's
-    work). Two cached events and two stream switches, not ``wait_stream``'s new events and a
-    stream context: the host time of a fork is what it must save on the GPU."""
-    side, forked, joined = _side_stream(device.index if device.index is not None else torch.cuda.current_device())
+    """``on_side()`` launched on a stream of the highest priority (its programs are placed on
+    SMs before other work that became ready with it), after the current stream's work so far;
+    ``meanwhile()`` launched on the current stream; then the current stream waits for the side
+    one. Returns ``on_side()``'s result. Memory that ``on_side`` writes should be allocated
+    before the call (on the current stream, which the join orders after the side's work). One
+    side stream and two events per thread and GPU, reused, and two stream switches, not
+    ``wait_stream``'s new events and a stream context: the host time of a fork is what it must
+    save on the GPU. During a CUDA graph capture with no side stream made yet (no call before
+    the capture), the two run one after the other on the current stream."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    side = _side_stream(index, create=not torch.cuda.is_current_stream_capturing())
+    if side is None:
+        result = on_side()
+        meanwhile()
+        return result
+    side, forked, joined = side
     main = torch.cuda.current_stream()
     forked.record(main)
     side.wait_event(forked)
