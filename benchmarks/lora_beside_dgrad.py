@@ -3,24 +3,26 @@
     STEPS=30 python benchmarks/lora_beside_dgrad.py 8192x4096x16 32768x4096x16 ...   (TOKENSxDxR, bf16)
 
 ops/lora.py runs dB = g.T @ xs and dA = d_xa.T @ x on the current stream while the tail dgrad
-kernel runs on a high-priority stream with the fewest programs that take as many rounds of
-tiles, for base GEMMs from BESIDE_DGRAD_MIN_MACS multiply-adds. Forms: ``after`` (the threshold
-set past every shape: the products after the kernel, one stream) and ``beside`` (set to 0), with
-eager PEFT-style (base linear plus two small linears) and the floor (x @ W.T and g @ W on
-cuBLAS). W frozen, A and B trained, bias frozen (as `fusedmlp bench lora`), the backward on the
-calling thread. Checks that both forms give the same gradient bits, plain and replayed from CUDA
-graphs. Each step is timed after an L2 flush, graphed and plain, two ways: interleaved (the forms
-in turn step by step, rotated, 3 rounds of STEPS, a round's median) and in blocks of one form (40
-steps, the first 10 not counted; 2 rounds, every other in reverse order; the mean of the block
-medians), which is how the suite and a training loop run them: under the board's power cap the
-clocks follow the load of the block. Writes $OUT/lora_beside_dgrad.json.
+kernel runs on a high-priority stream with the fewest programs that take as many rounds of tiles,
+for base GEMMs from BESIDE_DGRAD_MIN_MACS multiply-adds. Forms: ``after`` (the threshold set past
+every shape: the products after the kernel, one stream) and ``beside`` (set to 0), with eager
+PEFT-style (base linear plus two small linears) and the floor (x @ W.T and g @ W on cuBLAS). W
+frozen, A and B trained, bias frozen (as `fusedmlp bench lora`), the backward on the calling
+thread (BACKWARD_THREAD=device: on autograd's device thread). Checks that both forms give the same
+gradient bits, plain and replayed from CUDA graphs. Each step is timed after an L2 flush, graphed
+and plain, two ways: interleaved (the forms in turn step by step, rotated, 3 rounds of STEPS, a
+round's median) and in blocks of one form (40 steps, the first 10 not counted; 2 rounds, every
+other in reverse order; the mean of the block medians), which is how the suite and a training loop
+run them: under the board's power cap the clocks follow the load of the block. Writes
+$OUT/lora_beside_dgrad[_device_thread].json.
 """
 import json, os, sys
 import torch
 import torch.nn.functional as F
 import fusedmlp.ops.lora as ops
 
-torch.autograd.set_multithreading_enabled(False)
+# BACKWARD_THREAD=device: the backward on autograd's device thread, as `fusedmlp bench` runs it
+torch.autograd.set_multithreading_enabled(os.environ.get("BACKWARD_THREAD", "caller") == "device")
 SCALE = 2.0
 VARIANTS = {"after": 1 << 62, "beside": 0}  # BESIDE_DGRAD_MIN_MACS
 flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
@@ -115,4 +117,5 @@ for shape in sys.argv[1:]:
     print(shape, "grad max abs diff against after", diff, flush=True)
     rows_out.append(row)
 json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows_out),
-          open(os.path.join(os.environ.get("OUT", "."), "lora_beside_dgrad.json"), "w"), indent=1)
+          open(os.path.join(os.environ.get("OUT", "."), "lora_beside_dgrad%s.json"
+                       % ("_device_thread" if os.environ.get("BACKWARD_THREAD") == "device" else "")), "w"), indent=1)
