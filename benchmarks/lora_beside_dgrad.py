@@ -20,12 +20,13 @@ import json, os, sys
 import torch
 import torch.nn.functional as F
 import fusedmlp.ops.lora as ops
+from fusedmlp._cuda_graph import capture_cuda_graph
+from fusedmlp.bench.harness import stepwise_ms
 
 # BACKWARD_THREAD=device: the backward on autograd's device thread, as `fusedmlp bench` runs it
 torch.autograd.set_multithreading_enabled(os.environ.get("BACKWARD_THREAD", "caller") == "device")
 SCALE = 2.0
 VARIANTS = {"after": 1 << 62, "beside": 0}  # BESIDE_DGRAD_MIN_MACS
-flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
 rows_out = []
 for shape in sys.argv[1:]:
     m, d, r = (int(v) for v in shape.split("x"))
@@ -60,16 +61,7 @@ for shape in sys.argv[1:]:
     plain = dict(steps)
     graphed, refs = {}, {}
     for name, step in steps.items():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
-        graphed[name] = graph.replay
+        graphed[name] = capture_cuda_graph(step)[0].replay
         refs[name] = (x.grad, a.grad, lb.grad)
     # graphed replays' results equal the plain step's
     for name in VARIANTS:
@@ -77,34 +69,10 @@ for shape in sys.argv[1:]:
         assert all(torch.equal(t.float(), q) for t, q in zip(refs[name], grads[name])), name
     row = dict(shape=shape, grad_max_abs_diff_vs_after=diff)
     for kind, table in (("graphed", graphed), ("plain", plain)):
-        names = list(table)
-        for n in names:
+        for n in table:
             table[n](); table[n]()
-        # interleaved: step by step, rotated
-        inter = {n: [] for n in names}
-        for rnd in range(3):
-            events = {n: [] for n in names}
-            for i in range(int(os.environ.get("STEPS", 30))):
-                for n in names[i % len(names):] + names[:i % len(names)]:
-                    flush.zero_()
-                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    s.record(); table[n](); e.record(); events[n].append((s, e))
-            torch.cuda.synchronize()
-            for n in names:
-                t = sorted(p.elapsed_time(q) for p, q in events[n][3:])
-                inter[n].append(t[len(t) // 2])
-        # blocks of one step kind (as the suite and a training loop run them)
-        blocks = {n: [] for n in names}
-        for rnd in range(2):
-            for n in (names if rnd % 2 == 0 else names[::-1]):
-                ev = []
-                for i in range(40):
-                    flush.zero_()
-                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    s.record(); table[n](); e.record(); ev.append((s, e))
-                torch.cuda.synchronize()
-                t = sorted(p.elapsed_time(q) for p, q in ev[10:])
-                blocks[n].append(t[len(t) // 2])
+        inter = stepwise_ms(table, rounds=3, count=int(os.environ.get("STEPS", 30)), skip=3, rotated=True)
+        blocks = stepwise_ms(table, rounds=2, count=40, skip=10, rotated=False)
         med = lambda v: sorted(v)[len(v) // 2]
         row[kind] = dict(interleaved=inter, blocks=blocks,
                          median_interleaved={n: med(v) for n, v in inter.items()},

@@ -17,6 +17,8 @@ import json, os, sys
 import torch
 import torch.nn.functional as F
 import fusedmlp.ops.lora as ops
+from fusedmlp._cuda_graph import capture_cuda_graph
+from fusedmlp.bench.harness import stepwise_ms
 
 torch.autograd.set_multithreading_enabled(False)
 SCALE = 2.0
@@ -26,7 +28,6 @@ VARIANTS = {
     "merge_kernel": (real_merge, lambda *a: False),
     "tail": (real_merge, real_tail),
 }
-flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
 
 
 rows_out = []
@@ -62,36 +63,12 @@ for shape in sys.argv[1:]:
         steps[name](); torch.cuda.synchronize(); grads[name] = x.grad.float().clone()
     diff = {n: float((grads[n] - grads["tail"]).abs().max() / grads["tail"].abs().max()) for n in grads}
     if os.environ.get("GRAPHED"):
-        graphed = {}
-        for name, step in steps.items():
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(3):
-                    step()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                step()
-            graphed[name] = graph.replay
-        steps = graphed
+        steps = {name: capture_cuda_graph(step)[0].replay for name, step in steps.items()}
     # step by step, the variants in turn (rotated each time): the board's clocks drift under
     # sustained load by several percent between blocks, so blocks of one variant are not compared
-    names = list(steps)
-    for n in names:
+    for n in steps:
         steps[n](); steps[n]()
-    res = {n: [] for n in steps}
-    for rnd in range(3):
-        events = {n: [] for n in names}
-        for i in range(int(os.environ.get("STEPS", 30))):
-            for n in names[i % len(names):] + names[:i % len(names)]:
-                flush.zero_()
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record(); steps[n](); e.record(); events[n].append((s, e))
-        torch.cuda.synchronize()
-        for n in names:
-            t = sorted(a.elapsed_time(b) for a, b in events[n][3:])
-            res[n].append(t[len(t) // 2])
+    res = stepwise_ms(steps, rounds=3, count=int(os.environ.get("STEPS", 30)), skip=3, rotated=True)
     row = dict(shape=shape, dx_rel_diff=diff, ms={n: v for n, v in res.items()},
                median={n: sorted(v)[len(v) // 2] for n, v in res.items()})
     rows_out.append(row)

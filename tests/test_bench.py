@@ -135,6 +135,24 @@ def test_interleaved_ms_alternates_the_order(monkeypatch):
     assert result == {"a": [1.0, 6.0], "b": [2.0, 5.0], "c": [3.0, 4.0]}
 
 
+@pytest.mark.gpu
+def test_stepwise_ms_orders_and_times_the_steps():
+    """harness.stepwise_ms: rotated rounds call the steps in turn, the order rotated by one
+    each time; block rounds call one step ``count`` times, every other round in reverse order;
+    a step that keeps the GPU busy longer measures longer, round by round."""
+    order = []
+    steps = {"slow": lambda: (order.append("slow"), torch.cuda._sleep(2 * 10**6)),
+             "fast": lambda: order.append("fast")}
+    rotated = harness.stepwise_ms(steps, rounds=2, count=3, skip=1, rotated=True)
+    assert order == ["slow", "fast", "fast", "slow", "slow", "fast"] * 2
+    order.clear()
+    blocks = harness.stepwise_ms(steps, rounds=2, count=2, skip=0, rotated=False)
+    assert order == ["slow", "slow", "fast", "fast", "fast", "fast", "slow", "slow"]
+    for times in (rotated, blocks):
+        assert len(times["slow"]) == len(times["fast"]) == 2
+        assert all(slow > fast for slow, fast in zip(times["slow"], times["fast"])), times
+
+
 def test_bench_without_gpu_reports_errors(capsys):
     if torch.cuda.is_available():
         pytest.skip("the no-GPU path")

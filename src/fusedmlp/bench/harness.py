@@ -55,6 +55,44 @@ def interleaved_ms(calls: dict, rounds: int) -> dict:
     return times
 
 
+def stepwise_ms(steps: dict, rounds: int, count: int, skip: int, rotated: bool) -> dict:
+    """{name: [median ms of each round]} of each step in ``steps``, every call CUDA-event-timed
+    alone after a write that flushes the L2 cache. ``rotated``: each round calls the steps in
+    turn, ``count`` times each, the order rotated by one every time (the board's clocks drift
+    under sustained load by several percent, and all steps then share the drift); otherwise
+    each round runs a block of ``count`` calls of one step after another, every other round in
+    reverse order (the clocks a training loop of one step sees). The first ``skip`` calls of
+    each step in a round are not counted. For the step comparisons of benchmarks/."""
+    flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
+    names = list(steps)
+    times = {name: [] for name in names}
+
+    def timed(name, pairs):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        steps[name]()
+        end.record()
+        pairs[name].append((start, end))
+
+    for round_ in range(rounds):
+        pairs = {name: [] for name in names}
+        if rotated:
+            for i in range(count):
+                for name in names[i % len(names):] + names[:i % len(names)]:
+                    timed(name, pairs)
+        else:
+            for name in names if round_ % 2 == 0 else names[::-1]:
+                for _ in range(count):
+                    timed(name, pairs)
+                torch.cuda.synchronize()  # one block's events at a time
+        torch.cuda.synchronize()
+        for name in names:
+            ms = sorted(start.elapsed_time(end) for start, end in pairs[name][skip:])
+            times[name].append(ms[len(ms) // 2])
+    return times
+
+
 def graph_us(fn, rep_ms: int | None = None) -> float:
     """Median microseconds of ``fn`` replayed in a CUDA graph (kernel time, no host time),
     after one eager call (compiles, tunes); ``rep_ms`` defaults to $REP_MS, else 200. For
