@@ -14,6 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import fusedmlp
 from fusedmlp.kernels.configs import GLU_BWD_IEEE_CONFIGS, GLU_IEEE_CONFIGS, GLU_TMA_CONFIGS
+from fusedmlp.ops.activations import ACTIVATIONS
 from fusedmlp.ops.glu import geglu_reference
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
@@ -28,22 +29,23 @@ def make_inputs(lead_shape, in_features, out_features, dtype, device, bias=True)
     return x64, w64, b64, g64
 
 
-def reference_grads(x64, w64, b64, g64):
+def reference_grads(x64, w64, b64, g64, activation="gelu_tanh"):
     leaves = [t.clone().requires_grad_() if t is not None else None for t in (x64, w64, b64)]
-    y = geglu_reference(*leaves)
+    y = geglu_reference(*leaves, activation)
     y.backward(g64)
     return y.detach(), [t.grad if t is not None else None for t in leaves]
 
 
-def check_against_reference(x, w, b, g, recompute, what=""):
+def check_against_reference(x, w, b, g, recompute, what="", activation="gelu_tanh"):
     """Run the fused op on (x, w, b) with upstream gradient g; compare y, dx, dW, db to float64
     run on the same values (the inputs as the op gets them, not their unrounded masters: with
     a near-cancelling output, bf16's input rounding alone can exceed the tolerance)."""
     dtype = x.dtype
     leaves = [t.detach().requires_grad_() if t is not None else None for t in (x, w, b)]  # strides kept
-    y = fusedmlp.geglu(*leaves, recompute=recompute)
+    y = fusedmlp.geglu(*leaves, recompute=recompute, activation=activation)
     y.backward(g)
-    ref_y, ref_grads = reference_grads(*(t.detach().double() if t is not None else None for t in (x, w, b, g)))
+    ref_y, ref_grads = reference_grads(*(t.detach().double() if t is not None else None for t in (x, w, b, g)),
+                                       activation)
     assert y.dtype == dtype and y.shape == ref_y.shape
     assert_close(y, ref_y, dtype, f"{what} y")
     for name, leaf, ref in zip(("dx", "dW", "db"), leaves, ref_grads):
@@ -402,12 +404,18 @@ def test_pingpong_kernel_compiles_for_hopper():
     The recompute dh kernel's epilogue order keeps ptxas's stack small with GEGLU's activation
     (benchmarks/NOTES.md, "Spills in the epilogues": at most 24 bytes with Triton 3.6 and 0 with 3.9, where the
     order before had 72 with a bias and 200 without. With a bias on 3.6 silu has 24 and gelu_tanh 16, but one
-    full run of this file on the H200 measured 24 for gelu_tanh too: the bound is 24)."""
+    full run of this file on the H200 measured 24 for gelu_tanh too: the bound is 24). The recompute dh
+    kernel compiles with every activation a GLU takes: with identity's derivative written as
+    ``tl.full`` (no layout in Gluon) it did not compile at all (found by tests/test_fuzz.py). The
+    stack bound holds for GEGLU's and SwiGLU's activations; with a bias relu has 48 bytes on
+    Triton 3.6 (24 on 3.9) and exact gelu's CDF and density 1048 (576 without a bias, 3.9)."""
     compile_pingpong_for_hopper("glu", "glu_fwd_pingpong_kernel", "GLU_PINGPONG_CONFIG", ["gelu_tanh", "silu"])
     compile_pingpong_for_hopper("glu", "glu_fwd_pingpong_kernel", "GLU_COOPERATIVE_CONFIG", ["gelu_tanh", "silu"])
     compile_pingpong_for_hopper("glu", "glu_fwd_pingpong_kernel", "GLU_WIDE_COOPERATIVE_CONFIG", ["gelu_tanh", "silu"])
     compile_pingpong_for_hopper("glu", "glu_bwd_dh_recompute_pingpong_kernel", "GLU_DH_RECOMPUTE_PINGPONG_CONFIG",
                                 ["gelu_tanh", "silu"], max_stack=24)
+    compile_pingpong_for_hopper("glu", "glu_bwd_dh_recompute_pingpong_kernel", "GLU_DH_RECOMPUTE_PINGPONG_CONFIG",
+                                [a for a in ACTIVATIONS if a not in ("gelu_tanh", "silu")])
     compile_pingpong_for_hopper("glu", "glu_bwd_dh_pingpong_kernel", "GLU_DH_PINGPONG_CONFIG", ["silu", "gelu_tanh"])
 
 
@@ -431,6 +439,22 @@ def test_pingpong_forward_on_gpu(monkeypatch, dtype, recompute):
     assert glu_ops.glu_fwd_pingpong_kernel in kernels, "the forward did not take the ping-pong kernel"
     expected = 2 if recompute else 0
     assert kernels.count(glu_ops.glu_bwd_dh_recompute_pingpong_kernel) == expected, kernels
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_recompute_pingpong_every_activation_on_gpu(monkeypatch, activation):
+    """Every gate activation through the recompute mode's ping-pong dh kernel (compute
+    capability 9.0, bf16): it compiles and matches float64. Identity did not compile there
+    (its derivative was a layout-less ``tl.full``), which only a GEGLU with another gate than
+    gelu_tanh reaches on a Hopper GPU."""
+    import fusedmlp.ops.glu as glu_ops
+
+    kernels = recording_pingpong_launches(monkeypatch)
+    cast = lambda t: None if t is None else t.to(torch.bfloat16)  # noqa: E731
+    x64, w64, b64, g64 = make_inputs((300,), 200, 392, torch.bfloat16, "cuda", True)
+    check_against_reference(cast(x64), cast(w64), cast(b64), cast(g64), True, f"ping-pong {activation}", activation)
+    assert glu_ops.glu_bwd_dh_recompute_pingpong_kernel in kernels, kernels
 
 
 def test_fastest_form_times_once_per_key(monkeypatch):

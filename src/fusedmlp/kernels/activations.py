@@ -141,11 +141,18 @@ def activation(z, ACT: tl.constexpr):
 
 
 @triton.jit
+def _ones_like(t):
+    """Ones in t's shape, dtype and (in Gluon kernels) layout: ``tl.full`` takes no layout there,
+    so a Gluon kernel with identity's derivative would not compile with it."""
+    return tl.where(t == t, 1.0, 1.0).to(t.dtype)
+
+
+@triton.jit
 def activation_value_and_grad(z, ACT: tl.constexpr):
     """(a(z), a'(z)) for the activation named ``ACT``, sharing the transcendental work."""
     if ACT == "identity":
         value = z
-        grad = tl.full(z.shape, 1.0, z.dtype)
+        grad = _ones_like(z)
     elif ACT == "relu":
         value = tl.maximum(z, 0.0)
         grad = tl.where(z > 0.0, 1.0, 0.0).to(z.dtype)
@@ -187,7 +194,7 @@ def activation_grad(a, ACT: tl.constexpr, FROM_OUTPUT: tl.constexpr):
     """
     if FROM_OUTPUT:
         if ACT == "identity":
-            grad = tl.full(a.shape, 1.0, a.dtype)
+            grad = _ones_like(a)
         elif ACT == "relu":
             grad = tl.where(a > 0.0, 1.0, 0.0).to(a.dtype)
         elif ACT == "squared_relu":
