@@ -1,6 +1,7 @@
 """The bench harness and CLI: the no-GPU path, the report table, CSV/JSON and the plot."""
 
 import csv
+import importlib.util
 import json
 
 import pytest
@@ -16,10 +17,12 @@ def _synthetic_rows():
     rows = []
     for d, n in ((64, 128), (64, 256), (128, 128)):
         for mode in glu_suite.MODES:
-            for k, impl in enumerate(("fused", "fused_store", "eager", "compile", "gemm")):
+            for k, impl in enumerate(("fused", "fused_store", "eager", "compile", "gemm", "fused_graph")):
+                if impl == "fused_graph" and mode == "bwd":
+                    continue  # a graphed backward alone is not measured
                 row = harness.Measurement("geglu", {"d": d, "N": n}, "bfloat16", impl, mode,
                                           ms=0.1 * (k + 1), tflops=1.0, peak_mib=10.0 * (k + 1))
-                if mode == "fwd" and impl != "gemm":
+                if mode == "fwd" and impl not in ("gemm", "fused_graph"):
                     row.extra = {"act_nd": 5.0 + k}
                 rows.append(row)
     rows.append(harness.Measurement("geglu", {"d": 128, "N": 256}, "bfloat16", "compile", "fwd",
@@ -34,6 +37,7 @@ def test_summary_table_ratios():
     assert first["fused/gemm"] == pytest.approx(0.1 / 0.5)
     assert first["fused/compile"] == pytest.approx(0.1 / 0.4)
     assert first["fused_store/eager"] == pytest.approx(0.2 / 0.3)
+    assert first["fused_graph/compile"] == pytest.approx(0.6 / 0.4)
     last = dict(zip(headers, table[-1]))  # the failed measurement: no time, no ratio
     assert last["compile ms"] is None and last["fused/compile"] is None
     text = harness.format_table(headers, table)
@@ -58,6 +62,43 @@ def test_json_csv_and_plot(tmp_path):
     assert {"shape_d", "shape_N", "impl", "mode", "ms", "peak_mib", "act_nd", "device"} <= set(records[0])
     png = plot_results(json_path)
     assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_files_hold_what_the_suite_derives_at_the_end(tmp_path, monkeypatch):
+    """The JSON is written after every shape (an interrupted run keeps what it measured) and
+    once more when the suite returns, so what ``run_gpu`` derives from the rows after the last
+    shape (geglu's act_nd from retained_bytes) reaches the files and the footprint plot; a
+    file from before that (retained_bytes only) still plots its footprint. ``run_gpu`` is
+    replaced by a stand-in that works as the real one does (no GPU here)."""
+    rows = [harness.Measurement("geglu", {"d": 64, "N": 128}, "bfloat16", impl, "fwd", ms=0.1,
+                                extra={"retained_bytes": 64 * 128 * 2 * 3})
+            for impl in ("fused", "eager")]
+
+    def fake_run_gpu(shapes, dtype, impls, modes, on_shape_done=None):
+        on_shape_done(rows)
+        for row in rows:
+            row.extra["act_nd"] = 1.0 + row.extra.pop("retained_bytes") / (64 * 128 * 2)
+        return rows
+
+    monkeypatch.setattr(cli, "_prepare_backend", lambda: True)
+    monkeypatch.setattr(glu_suite, "run_gpu", fake_run_gpu)
+    monkeypatch.setattr(glu_suite, "default_impls", lambda max_autotune=False: ["fused", "eager"])
+    assert cli.main(["bench", "geglu", "--shapes", "64x128", "--out", str(tmp_path)]) == 0
+    written = json.loads(next(tmp_path.glob("geglu_bf16_*.json")).read_text())["results"]
+    assert [r["extra"] for r in written] == [{"act_nd": 4.0}] * 2
+    if importlib.util.find_spec("matplotlib") is not None:
+        import matplotlib
+        from fusedmlp.bench import plot
+
+        drawn = []
+        monkeypatch.setattr(matplotlib.axes.Axes, "plot",
+                            lambda self, *args, **kwargs: drawn.append((kwargs.get("label"), args)))
+        old = tmp_path / "old.json"
+        harness.write_json(old, harness.environment(), [harness.Measurement(
+            "geglu", {"d": 64, "N": 128}, "bfloat16", "fused", "fwd", ms=0.1, extra={"retained_bytes": 64 * 128 * 2 * 3})])
+        plot.plot_results(old)
+        footprint = 4.0 * 64 * 128 * 2 / 2**20
+        assert ("fused", ((128,), (footprint,))) in drawn
 
 
 def test_json_records_the_forward_forms(tmp_path, monkeypatch):
@@ -207,9 +248,10 @@ def test_linear_act_suite_takes_the_activation(monkeypatch):
 
 def test_default_impls():
     impls = glu_suite.default_impls()
-    assert impls[:4] == ["fused", "fused_store", "eager", "compile"] and impls[-1] == "gemm"
+    assert impls[:4] == ["fused", "fused_store", "eager", "compile"] and "gemm" in impls
+    assert {"fused_graph", "fused_store_graph", "eager_graph", "compile_graph"} <= set(impls)
     assert "compile_max" not in impls and "compile_max" in glu_suite.default_impls(max_autotune=True)
-    assert ("liger" in impls) == glu_suite.liger_available()
+    assert ("liger" in impls) == ("liger_graph" in impls) == glu_suite.liger_available()
 
 
 def test_info(capsys):
@@ -258,7 +300,7 @@ def test_generic_summary_and_bar_plot(tmp_path):
     assert lines["fwd"]["fused_graph/eager"] == pytest.approx(0.05 / 0.2)
     assert lines["bwd"]["fused_graph ms"] is None and lines["bwd"]["fused_graph/compile_graph"] is None
     assert all("fused_graph" in suite.IMPLS and "compile_graph" in suite.PEERS
-               for suite in (swiglu_suite, linear_act_suite, lora_suite))
+               for suite in (swiglu_suite, linear_act_suite, lora_suite, glu_suite))
     png = plot_results(json_path)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -137,6 +137,7 @@ def cmd_bench(args) -> int:
     # thread-local: every impl's backward in this run takes the same thread
     with torch.autograd.set_multithreading_enabled(args.backward_thread == "device"), harness.timing_rounds(args.rounds):
         rows = suite.run_gpu(shapes, dtype, impls, modes, on_shape_done=save)
+    save(rows)  # again: what a suite derives once every shape is done (geglu's act_nd) goes in the files too
     headers, table = suite.summary_table(rows)
     failed = [f"{r.impl} {r.mode} {r.shape}: {r.note}" for r in rows if r.note]
     note = getattr(suite, "TABLE_NOTE", "median ms, ratio to the cuBLAS GEMM floor, peak MiB above inputs")
@@ -283,7 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="default: bf16")
     bench.add_argument("--impls", default=None,
                        help="comma-separated subset of the suite's implementations (default: all available). "
-                            "geglu: fused,fused_store,eager,compile,compile_max,liger,gemm; linear_act: "
+                            "geglu: fused,fused_store,eager,compile,compile_max,liger,gemm,fused_graph,fused_store_graph,"
+                            "eager_graph,compile_graph,liger_graph; linear_act: "
                             "fused,fused_preact,eager,compile,compile_max,gemm,fused_graph,fused_preact_graph,eager_graph,"
                             "compile_graph; "
                             "swiglu: fused,fused_recompute,eager,compile,compile_max,liger,gemm,fused_graph,eager_graph,"

@@ -2,7 +2,7 @@
 
 geglu: one column per model width d, x axis N (rows, log scale), one line per implementation:
 forward time, forward+backward time, the forward's activation footprint and the
-forward+backward peak memory, the memory panels with the 5Nd (input + output, the ideal) and
+forward+backward peak memory (not for the graphed impls, whose memory is the graph's pool), the memory panels with the 5Nd (input + output, the ideal) and
 9Nd (+ the pre-activation h) lines of the analysis. Other suites: grouped bars per shape,
 time and peak memory for each mode.
 """
@@ -44,14 +44,17 @@ def plot_results(json_path: Path, png_path: Path | None = None) -> Path:
         for row, (mode, metric, title) in enumerate(_PANELS):
             ax = axes[row][col]
             for impl in impls:
-                if metric != "ms" and impl == "gemm":
-                    continue  # a bare GEMM keeps no activations
+                if metric != "ms" and (impl == "gemm" or impl.endswith("_graph")):
+                    continue  # a bare GEMM keeps no activations; a graph's pool reads as 0
                 points = []
                 for r in rows:
                     if r["shape"]["d"] != d or r["impl"] != impl or r["mode"] != mode:
                         continue
                     if metric == "act_mib":
                         act_nd = r["extra"].get("act_nd")
+                        retained = r["extra"].get("retained_bytes")  # files written before act_nd reached them
+                        if act_nd is None and retained is not None:
+                            act_nd = 1.0 + retained / (d * r["shape"]["N"] * elem)
                         value = None if act_nd is None else act_nd * d * r["shape"]["N"] * elem / 2**20
                     else:
                         value = r[metric]

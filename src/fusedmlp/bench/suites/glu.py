@@ -11,6 +11,13 @@ Implementations, side by side in one run on one device:
                    two halves of the packed weight) and its fused GELU-mul kernel
     gemm           the bare cuBLAS GEMM(s) of the same shape: the floor a fused GEMM+epilogue
                    must reach (fwd: x @ W.T; bwd: dh @ W and dh.T @ x; fwd+bwd: all three)
+    fused_graph    fused captured in a CUDA graph and replayed (fwd and fwd+bwd;
+                   harness.graph_steps): the kernels' time, no launch or Python time
+    fused_store_graph  fused_store captured the same way
+    eager_graph    eager captured the same way
+    compile_graph  compile captured the same way
+    liger_graph    liger captured the same way (when installed): the graphed impls are each
+                   other's peers where plain calls are bound by host time (d = 1024, few rows)
 
 Modes: fwd (a training forward: inputs require grad), bwd (backward of a kept forward),
 fwd+bwd. TFLOP/s counts the model's GEMM work (2*N*d*8d per GEMM, 3 GEMMs for fwd+bwd)
@@ -37,8 +44,9 @@ SHAPE_PRESETS = {
     "full": [(d, n) for d in (1024, 2048, 4096, 8192) for n in (4096, 8192, 16384, 32768, 65536)],
 }
 DEFAULT_SHAPES = SHAPE_PRESETS["default"]
-IMPLS = ("fused", "fused_store", "eager", "compile", "compile_max", "liger", "gemm")
-PEERS = ("eager", "compile", "compile_max", "liger")
+IMPLS = ("fused", "fused_store", "eager", "compile", "compile_max", "liger", "gemm",
+         "fused_graph", "fused_store_graph", "eager_graph", "compile_graph", "liger_graph")
+PEERS = ("eager", "compile", "compile_max", "liger", "eager_graph", "compile_graph", "liger_graph")
 MODES = ("fwd", "bwd", "fwd+bwd")
 
 
@@ -48,7 +56,8 @@ def liger_available() -> bool:
 
 def default_impls(max_autotune: bool = False) -> list[str]:
     """Every implementation this machine can run (compile_max only when asked for)."""
-    return available_impls(IMPLS, max_autotune, {"liger": "liger_kernel.ops.geglu"})
+    return available_impls(IMPLS, max_autotune,
+                           {"liger": "liger_kernel.ops.geglu", "liger_graph": "liger_kernel.ops.geglu"})
 
 
 def eager_geglu(x, weight, bias):
