@@ -2,8 +2,9 @@
 
 geglu: one column per model width d, x axis N (rows, log scale), one line per implementation:
 forward time, forward+backward time, the forward's activation footprint and the
-forward+backward peak memory (not for the graphed impls, whose memory is the graph's pool), the memory panels with the 5Nd (input + output, the ideal) and
-9Nd (+ the pre-activation h) lines of the analysis. Other suites: grouped bars per shape,
+forward+backward peak memory (not for the graphed impls, whose memory is the graph's pool),
+the memory panels with the 5Nd (input + output, the ideal) and 9Nd (+ the pre-activation h)
+lines of the analysis. Other suites: grouped bars per shape,
 time and peak memory for each mode.
 """
 
