@@ -22,7 +22,7 @@ import random
 
 import pytest
 import torch
-from helpers import TOLERANCE, rel_err
+from helpers import eager_bound, rel_err
 
 import fusedmlp
 from fusedmlp.ops.activations import ACTIVATIONS
@@ -106,7 +106,7 @@ def check_case(fused, reference, masters, g64, dtype, rng, what):
     names = ["y"] + [f"grad {i}" for i, w in enumerate(wants) if w]
     for name, out, ref, base in zip(names, got, want, eager):
         assert out.dtype == dtype and out.shape == ref.shape, (what, name, out.dtype, out.shape, ref.shape)
-        bound = TOLERANCE[dtype] if dtype == torch.float32 else max(TOLERANCE[dtype], 2 * rel_err(base, ref))
+        bound = eager_bound(dtype, base, ref)
         err = rel_err(out, ref)
         assert err < bound, f"{what}: {name} relative error {err:.3e} >= {bound:.2e}"
 

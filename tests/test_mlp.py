@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import TOLERANCE, check_inference_forward, rel_err
+from helpers import TOLERANCE, check_inference_forward, eager_bound, rel_err
 from torch import nn
 
 import fusedmlp
@@ -90,8 +90,7 @@ def check_stack(sizes, device, dtype, activation="relu", last_activation=None, b
     names = ["y"] + [n for n, w in zip(["x"] + [f"{k}{i}" for i in range(len(weights)) for k in "Wb"], wants) if w]
     for name, got, want, base in zip(names, [y] + grads, [y64] + grads64, [eager] + eager_grads):
         assert got.dtype == dtype and got.shape == want.shape, name
-        bound = TOLERANCE[dtype] if dtype in (torch.float64, torch.float32) else \
-            max(TOLERANCE[dtype], 2 * rel_err(base, want))
+        bound = eager_bound(dtype, base, want)
         if dtype == torch.float32 and fp32_bound is not None:
             bound = fp32_bound
         err = rel_err(got, want)
@@ -637,7 +636,7 @@ def test_top_mlp_step_replayed_from_a_cuda_graph(monkeypatch, recompute):
         # the bound as check_stack's: bf16's tolerance, or twice eager PyTorch's own error in bf16
         want, eager = reference_step(torch.float64), reference_step(bf16)
         for name, got, ref, base in zip(["y", "x", "W0", "W1", "W2", "b0", "b1", "b2"], outputs, want, eager):
-            bound = max(TOLERANCE[bf16], 2 * rel_err(base, ref))
+            bound = eager_bound(bf16, base, ref)
             assert rel_err(got, ref) < bound, (name, rel_err(got, ref), bound)
     calls.clear()
     fusedmlp.mlp(leaves[0], leaves[1:4], leaves[4:], "relu", None)
