@@ -18,7 +18,9 @@ The current activation tile ``h`` ``[BLOCK_M, PADS[i]]`` stays in registers and 
 operand of the next layer's dot. A tile of ``BLOCK_M x 512`` fp32 would not fit next to the
 rest, so layers have roles, chosen by the host (ops/mlp.py):
 
-- ``full``: the layer's whole output tile is formed at once (``WIDTHS[i+1] <= FULL_MAX``).
+- ``full``: the layer's whole output tile is formed at once (``WIDTHS[i+1] <= FULL_MAX``),
+  its whole weight tile a dot operand (so at most FULL_TILE_BYTES: it goes through shared
+  memory; a larger one, 256 x 256 in fp32, makes the layer ``streamed``).
 - ``streamed`` + ``consumer``: a wide layer i is produced ``BLOCK_C`` columns at a time and
   each chunk, once activated, is consumed at once by layer i+1, which accumulates
   ``chunk @ W_{i+1}[:, chunk].T`` into its own (narrow) accumulator. Layer i's activation

@@ -6,8 +6,9 @@
 
 Forward: one kernel for the whole stack (kernels/mlp.py) when it fits on chip: every layer's
 output at most ``FULL_MAX`` wide, except that a wider layer may be followed by a narrow one
-(it is then streamed in chunks into the next layer) or be the last (streamed into y). So
-13-512-256-64-16 and 367-512-256-1 (DLRM) run as one kernel; two adjacent layers wider than
+(it is then streamed in chunks into the next layer) or be the last (streamed into y); so is
+a layer whose weight tile is too large to load whole (``FULL_TILE_BYTES``: 256 x 256 in fp32).
+So 13-512-256-64-16 and 367-512-256-1 (DLRM) run as one kernel; two adjacent layers wider than
 ``FULL_MAX`` (1024-1024-...) do not, and such stacks run layer by layer through
 ``linear_act``, automatically (so do CPU tensors without the Triton interpreter, through its
 PyTorch reference). On Hopper in 16 bits, from ``FIRST_LAYER_GEMM_MIN_ROWS`` rows, a wide
@@ -85,6 +86,13 @@ __all__ = ["mlp", "mlp_reference", "mlp_plan", "FULL_MAX"]
 # Widest layer output kept whole on chip (a BLOCK_M x FULL_MAX fp32 accumulator); wider
 # layers are streamed in BLOCK_C-column chunks.
 FULL_MAX = 256
+# Largest weight tile a "full" layer loads whole (``[PADS[i], PADS[i+1]]`` elements: the dot
+# operand staged in shared memory, next to the activation tile): 256 x 256 in 16 bits. A layer
+# whose tile is larger (256 x 256 in fp32: 256 KiB, past Hopper's 227 KiB a block, so the
+# kernel would not launch) is streamed in BLOCK_C-column chunks into the next layer instead,
+# as a wide one. Layer 0's tile counts only where the dgrad walk forms dx from it whole
+# (``dx_direct``); its forward reads W_0 in BLOCK_IN steps.
+FULL_TILE_BYTES = 128 * 1024
 # A streamed layer whose input is one narrow tile loads its next chunk's weight tile and bias
 # while the current chunk's dots run (kernels/mlp.py, _streamed_pair): a program's serial
 # chain of chunks is the kernel's time when there are few row blocks per multiprocessor, and
@@ -168,17 +176,26 @@ class MLPPlan:
         return len(self.acts)
 
 
-def _roles(widths: tuple, full_max: int) -> Optional[tuple]:
-    """The roles of the layers, or None when the stack cannot run as one kernel."""
+def _pad(width: int) -> int:
+    return max(16, next_power_of_2(width))
+
+
+def _roles(widths: tuple, full_max: int, itemsize: int) -> Optional[tuple]:
+    """The roles of the layers, or None when the stack cannot run as one kernel. A layer is
+    streamed when its output is wider than ``full_max``, or when its weight tile would be more
+    than FULL_TILE_BYTES of ``itemsize``-byte elements (then a consumer may still follow: it
+    reads the weight in chunks)."""
     layers = len(widths) - 1
     roles = []
     for i in range(layers):
         wide = widths[i + 1] > full_max
+        whole_tile = i > 0 or _pad(widths[0]) <= full_max
+        big_tile = whole_tile and _pad(widths[i]) * _pad(widths[i + 1]) * itemsize > FULL_TILE_BYTES
         if roles and roles[-1] == "streamed":
             if wide:
                 return None  # two wide layers in a row: no narrow consumer
             roles.append("consumer")
-        elif wide:
+        elif wide or big_tile:
             roles.append("streamed_out" if i == layers - 1 else "streamed")
         else:
             roles.append("full")
@@ -186,9 +203,10 @@ def _roles(widths: tuple, full_max: int) -> Optional[tuple]:
 
 
 @functools.lru_cache(maxsize=256)
-def mlp_plan(widths: tuple, acts: tuple, has_bias: tuple, full_max: int) -> Optional[MLPPlan]:
-    """The plan of a stack (``acts`` resolved per layer), or None if it needs the per-layer path."""
-    roles = _roles(widths, full_max)
+def mlp_plan(widths: tuple, acts: tuple, has_bias: tuple, full_max: int, itemsize: int = 2) -> Optional[MLPPlan]:
+    """The plan of a stack (``acts`` resolved per layer; ``itemsize``: bytes per element of the
+    data dtype), or None if it needs the per-layer path."""
+    roles = _roles(widths, full_max, itemsize)
     if roles is None:
         return None
     layers = len(acts)
@@ -206,7 +224,7 @@ def mlp_plan(widths: tuple, acts: tuple, has_bias: tuple, full_max: int) -> Opti
     for i in range(layers):
         offsets.append(total)
         total += widths[i + 1] * widths[i] + (widths[i + 1] if has_bias[i] else 0)
-    pads = tuple(max(16, next_power_of_2(w)) for w in widths)
+    pads = tuple(_pad(w) for w in widths)
     return MLPPlan(widths, pads, roles, acts, has_bias, tuple(save), tuple(from_output), a_acts, tuple(offsets),
                    total, pads[0] <= full_max)
 
@@ -374,7 +392,7 @@ def _launch_forward_first_gemm(x, weights, biases, plan: MLPPlan, modes: tuple):
     cols = x.shape[1]
     x_in, w0_in = _aligned_first_layer(x, weights[0], as_gemm=True)
     a1, z0 = linear_act_forward_impl(x_in[:, :cols], w0_in[:, :cols], biases[0], plan.acts[0], modes[0] == "pre")
-    rest = mlp_plan(plan.widths[1:], plan.acts[1:], plan.has_bias[1:], FULL_MAX)
+    rest = mlp_plan(plan.widths[1:], plan.acts[1:], plan.has_bias[1:], FULL_MAX, x.element_size())
     y, saved, empty = _launch_stack(a1, weights[1:], biases[1:], rest, modes[1:])
     first = a1 if modes[0] == "out" else (z0 if modes[0] == "pre" else empty)
     return y, [first] + saved, (x_in if x_in is not x else empty, w0_in if w0_in is not weights[0] else empty)
@@ -525,7 +543,7 @@ def _parse_acts(acts: str) -> tuple:
 def _plan_of(weights, biases, acts: tuple) -> MLPPlan:
     # the widths from the weights alone: the backward's x may be a placeholder (``_kept_x``)
     widths = (weights[0].shape[1],) + tuple(w.shape[0] for w in weights)
-    return mlp_plan(widths, acts, tuple(b is not None for b in biases), FULL_MAX)
+    return mlp_plan(widths, acts, tuple(b is not None for b in biases), FULL_MAX, weights[0].element_size())
 
 
 def mlp_forward_impl(x, weights, biases, acts: str, save: bool, graphed: bool = False):
@@ -730,7 +748,7 @@ def mlp(
         widths = (x2d.shape[1],) + tuple(w.shape[0] for w in weights)
         # (dynamo traces the planner itself rather than call through its cache)
         planner = mlp_plan.__wrapped__ if torch.compiler.is_compiling() else mlp_plan
-        plan = planner(widths, acts, tuple(b is not None for b in biases), FULL_MAX)
+        plan = planner(widths, acts, tuple(b is not None for b in biases), FULL_MAX, x2d.element_size())
     if plan is None:  # too wide for one kernel, or CPU without the interpreter: layer by layer
         y = x2d
         for w, b, a in zip(weights, biases, acts):
