@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import TOLERANCE, check_inference_forward, eager_bound, rel_err
+from helpers import TOLERANCE, check_inference_forward, eager_bound, kink_free_rows, rel_err
 from torch import nn
 
 import fusedmlp
@@ -32,28 +32,6 @@ def forward_and_grads(fn, x, weights, biases, g, dtype, wants):
     wrt = [t for t in leaves if t is not None and t.requires_grad]
     grads = torch.autograd.grad(y, wrt, g.to(dtype)) if wrt else []
     return y, list(grads)
-
-
-def kink_free_rows(x, weights, biases, activation, last_activation, x_transform=None, margin=1e-5):
-    """Mask of the rows of x whose float64 ReLU pre-activations all lie farther than ``margin``
-    times their layer's RMS from 0. At a pre-activation that close to the kink, fp32 rounding
-    can flip the derivative against float64 and change that row of dx by ~10%, and the row's
-    share of every dW and db with it: a discontinuity of the function, not an error of the
-    kernel. (fp32 GPU stacks of ~10^6 ReLU units have one or two such units per run; one
-    flipped row of 2048 alone exceeds a 1e-3 bound on dx; on the top MLP's dW_0 at 8191 rows,
-    errors of 0.6e-3 to 2.7e-3 were measured with them, 3e-7 without, whatever x's layout.)"""
-    x = x_transform(x) if x_transform else x
-    rows = x.reshape(-1, x.shape[-1]).shape[0]
-    keep = torch.ones(rows, dtype=torch.bool, device=x.device)
-    acts = mlp_ops.layer_activations(len(weights), mlp_ops.check_activation(activation),
-                                     mlp_ops.check_activation(last_activation))
-    h = x.reshape(rows, -1)
-    for w, b, act in zip(weights, biases, acts):
-        pre = torch.nn.functional.linear(h, w, b)
-        if act == "relu":
-            keep &= (pre.abs() > margin * pre.pow(2).mean().sqrt()).all(dim=1)
-        h = fusedmlp.ops.activations.activation_reference(pre, act)
-    return keep.reshape(x.shape[:-1])
 
 
 def check_stack(sizes, device, dtype, activation="relu", last_activation=None, bias=True, recompute=False,
@@ -147,6 +125,23 @@ def test_roles_and_dtypes(device, dtype, sizes, roles, small_on_chip):
     plan = mlp_ops.mlp_plan(tuple(sizes), ("relu",) * (len(sizes) - 2) + ("sigmoid",), (True,) * (len(sizes) - 1), 32)
     assert plan.roles == roles
     check_stack(sizes, device, dtype, "gelu" if dtype == torch.float64 else "relu", "sigmoid", g_offset=1.0)
+
+
+@pytest.mark.parametrize("recompute", [False, True], ids=["saves", "recompute"])
+def test_weight_tiles_past_shared_memory_are_streamed(device, recompute):
+    """A layer whose whole weight tile would not fit in shared memory (256 x 256 in fp32:
+    256 KiB, Hopper has 227 KiB a block) is streamed into the next one (FULL_TILE_BYTES); in
+    16 bits the same widths stay whole. Found by tests/test_fuzz.py on an H100: this stack in
+    fp32 did not launch (OutOfResources, 328704 bytes of shared memory asked)."""
+    sizes = (113, 217, 168, 8, 16)
+    plan = lambda widths, itemsize: mlp_ops.mlp_plan(widths, ("sigmoid",) * (len(widths) - 1),  # noqa: E731
+                                                     (True,) * (len(widths) - 1), mlp_ops.FULL_MAX, itemsize)
+    assert plan(sizes, 2).roles == ("full",) * 4
+    assert plan(sizes, 4).roles == ("full", "streamed", "consumer", "full")
+    # layer 0's tile counts where the dgrad walk forms dx from it whole (an input of at most FULL_MAX)
+    assert plan((256, 256, 16), 4).roles == ("streamed", "consumer")
+    assert plan((300, 256, 16), 4).roles == ("full", "full")
+    check_stack(list(sizes), device, torch.float32, "sigmoid", "sigmoid", recompute=recompute, batch=(7,))
 
 
 @pytest.mark.parametrize("recompute", [False, True], ids=["saves", "recompute"])
