@@ -141,7 +141,8 @@ def run_cpu_check(dtype):
     for label, sizes in (("bottom", DLRM_BOTTOM), ("top", DLRM_TOP)):
         last = _last_activation(sizes)
         inputs64, g64 = _make_inputs((48, *sizes), torch.float64, device="cpu")
-        inputs64 = [t.detach() for t in inputs64]
+        # the reference sees the inputs as the fused run does, rounded to dtype
+        inputs64, g64 = [t.detach().to(dtype).double() for t in inputs64], g64.to(dtype).double()
         ref = [t.clone().requires_grad_() for t in inputs64]
         x, ws, bs = _unpack(ref)
         mlp_reference(x, ws, bs, "relu", last).backward(g64)

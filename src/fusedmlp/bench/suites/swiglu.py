@@ -113,6 +113,8 @@ def run_cpu_check(dtype):
     tensors64 = [torch.randn(96, 48, dtype=torch.float64)] + [
         torch.randn(o, i, dtype=torch.float64) / i**0.5 for o, i in ((80, 48), (80, 48), (48, 80))]
     g64 = torch.randn(96, 48, dtype=torch.float64)
+    # the reference sees the inputs as the fused run does, rounded to dtype
+    tensors64, g64 = [t.to(dtype).double() for t in tensors64], g64.to(dtype).double()
     ref = [t.clone().requires_grad_() for t in tensors64]
     y_ref = swiglu_reference(*ref)
     y_ref.backward(g64)
