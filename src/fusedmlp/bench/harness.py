@@ -174,6 +174,13 @@ def peak_mib_above_current(fn) -> float:
     return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
+def rounded_to(dtype: torch.dtype, *tensors: torch.Tensor) -> list[torch.Tensor]:
+    """float64 copies of ``tensors`` holding the values they take in ``dtype``: a CPU check's
+    reference sees the inputs as the fused run does (the rounding of the inputs is not the
+    kernel's error; with a relu it can even flip a derivative)."""
+    return [t.detach().to(dtype).double() for t in tensors]
+
+
 def environment() -> dict:
     import triton
 

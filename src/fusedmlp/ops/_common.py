@@ -124,6 +124,11 @@ def next_power_of_2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
+def dot_width(n: int) -> int:
+    """A width as a kernel's tile holds it: the next power of two, at least tl.dot's 16."""
+    return max(16, next_power_of_2(n))
+
+
 def autotune_m_key(m: int) -> int:
     """M rounded up to a power of two: the autotune key, so a new batch size does not re-tune."""
     return next_power_of_2(m)

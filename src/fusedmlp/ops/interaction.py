@@ -22,6 +22,7 @@ from ._common import (
     check_same_dtype_device,
     check_tensor,
     dot_meta,
+    dot_width,
     next_power_of_2,
     use_triton,
 )
@@ -48,7 +49,7 @@ def output_width(features: int, dim: int) -> int:
 
 def _meta(features: int, dim: int, dtype) -> dict:
     meta = dot_meta(dtype)
-    v_pad, d_pad = max(16, next_power_of_2(features + 1)), max(16, next_power_of_2(dim))
+    v_pad, d_pad = dot_width(features + 1), dot_width(dim)
     row_bytes = v_pad * max(v_pad, d_pad) * dtype.itemsize
     block_b = max(1, min(_MAX_BLOCK_B, next_power_of_2(_TILE_BYTES // row_bytes + 1) // 2))
     return dict(F=features, D=dim, V_PAD=v_pad, D_PAD=d_pad, BLOCK_B=block_b,

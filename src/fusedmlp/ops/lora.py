@@ -107,10 +107,10 @@ from ._common import (
     check_same_dtype_device,
     check_tensor,
     dot_meta,
+    dot_width,
     fork_join,
     grad_needed,
     launch_pingpong,
-    next_power_of_2,
     num_sms,
     persistent_grid,
     pingpong_device,
@@ -195,7 +195,7 @@ def lora_linear_reference(x, weight, bias, lora_a, lora_b, scale, activation=Non
 
 def _rank_block(r: int) -> int:
     """The padded rank the kernel works in: a power of two, at least tl.dot's 16."""
-    return max(16, next_power_of_2(r))
+    return dot_width(r)
 
 
 @functools.lru_cache(maxsize=64)

@@ -69,6 +69,7 @@ from ._common import (
     check_same_dtype_device,
     check_tensor,
     dot_meta,
+    dot_width,
     grad_needed,
     next_power_of_2,
     num_sms,
@@ -176,10 +177,6 @@ class MLPPlan:
         return len(self.acts)
 
 
-def _pad(width: int) -> int:
-    return max(16, next_power_of_2(width))
-
-
 def _roles(widths: tuple, full_max: int, itemsize: int) -> Optional[tuple]:
     """The roles of the layers, or None when the stack cannot run as one kernel. A layer is
     streamed when its output is wider than ``full_max``, or when its weight tile would be more
@@ -189,8 +186,8 @@ def _roles(widths: tuple, full_max: int, itemsize: int) -> Optional[tuple]:
     roles = []
     for i in range(layers):
         wide = widths[i + 1] > full_max
-        whole_tile = i > 0 or _pad(widths[0]) <= full_max
-        big_tile = whole_tile and _pad(widths[i]) * _pad(widths[i + 1]) * itemsize > FULL_TILE_BYTES
+        whole_tile = i > 0 or dot_width(widths[0]) <= full_max
+        big_tile = whole_tile and dot_width(widths[i]) * dot_width(widths[i + 1]) * itemsize > FULL_TILE_BYTES
         if roles and roles[-1] == "streamed":
             if wide:
                 return None  # two wide layers in a row: no narrow consumer
@@ -224,7 +221,7 @@ def mlp_plan(widths: tuple, acts: tuple, has_bias: tuple, full_max: int, itemsiz
     for i in range(layers):
         offsets.append(total)
         total += widths[i + 1] * widths[i] + (widths[i + 1] if has_bias[i] else 0)
-    pads = tuple(_pad(w) for w in widths)
+    pads = tuple(dot_width(w) for w in widths)
     return MLPPlan(widths, pads, roles, acts, has_bias, tuple(save), tuple(from_output), a_acts, tuple(offsets),
                    total, pads[0] <= full_max)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from ...ops.activations import activation_reference, check_activation
-from ..harness import Measurement, available_impls, run_suite
+from ..harness import Measurement, available_impls, rounded_to, run_suite
 from ..harness import summary_table as harness_summary_table
 
 NAME = "linear_act"
@@ -106,8 +106,7 @@ def run_cpu_check(dtype):
     x64, w64, b64 = torch.randn(96, 48, dtype=torch.float64), torch.randn(40, 48, dtype=torch.float64) / 7, \
         torch.randn(40, dtype=torch.float64)
     g64 = torch.randn(96, 40, dtype=torch.float64)
-    # the reference sees the inputs as the fused run does, rounded to dtype
-    x64, w64, b64, g64 = (t.to(dtype).double() for t in (x64, w64, b64, g64))
+    x64, w64, b64, g64 = rounded_to(dtype, x64, w64, b64, g64)
     err = lambda a, r: ((a.double() - r).norm() / r.norm()).item()  # noqa: E731
     table = []
     for act in ACTIVATIONS:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..harness import Measurement, available_impls, graph_steps, run_suite
+from ..harness import Measurement, available_impls, graph_steps, rounded_to, run_suite
 from ..harness import summary_table as harness_summary_table
 
 NAME = "mlp"
@@ -141,8 +141,7 @@ def run_cpu_check(dtype):
     for label, sizes in (("bottom", DLRM_BOTTOM), ("top", DLRM_TOP)):
         last = _last_activation(sizes)
         inputs64, g64 = _make_inputs((48, *sizes), torch.float64, device="cpu")
-        # the reference sees the inputs as the fused run does, rounded to dtype
-        inputs64, g64 = [t.detach().to(dtype).double() for t in inputs64], g64.to(dtype).double()
+        *inputs64, g64 = rounded_to(dtype, *inputs64, g64)
         ref = [t.clone().requires_grad_() for t in inputs64]
         x, ws, bs = _unpack(ref)
         mlp_reference(x, ws, bs, "relu", last).backward(g64)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..harness import Measurement, available_impls, module_importable, run_suite
+from ..harness import Measurement, available_impls, module_importable, rounded_to, run_suite
 from ..harness import summary_table as harness_summary_table
 
 NAME = "swiglu"
@@ -113,8 +113,7 @@ def run_cpu_check(dtype):
     tensors64 = [torch.randn(96, 48, dtype=torch.float64)] + [
         torch.randn(o, i, dtype=torch.float64) / i**0.5 for o, i in ((80, 48), (80, 48), (48, 80))]
     g64 = torch.randn(96, 48, dtype=torch.float64)
-    # the reference sees the inputs as the fused run does, rounded to dtype
-    tensors64, g64 = [t.to(dtype).double() for t in tensors64], g64.to(dtype).double()
+    *tensors64, g64 = rounded_to(dtype, *tensors64, g64)
     ref = [t.clone().requires_grad_() for t in tensors64]
     y_ref = swiglu_reference(*ref)
     y_ref.backward(g64)
