@@ -37,6 +37,17 @@ def eager_bound(dtype, eager, ref) -> float:
     return max(TOLERANCE[dtype], 2 * rel_err(eager, ref))
 
 
+@contextlib.contextmanager
+def fp32_matmul_precision(precision: str):
+    """``torch.set_float32_matmul_precision(precision)`` inside the block, the setting before it after."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 def kink_free_rows(x, weights, biases, activation, last_activation, x_transform=None, margin=1e-5):
     """Mask of the rows of x whose float64 ReLU pre-activations all lie farther than ``margin``
     times their layer's RMS from 0. At a pre-activation that close to the kink, fp32 rounding

@@ -10,6 +10,7 @@ import torch
 from fusedmlp import cli
 from fusedmlp.bench import harness
 from fusedmlp.bench.suites import glu as glu_suite
+from fusedmlp.bench.suites import mlp as mlp_suite
 
 
 def _synthetic_rows():
@@ -233,6 +234,35 @@ def test_cli_rejects_bad_arguments(capsys):
     assert "--rounds takes a count >= 1, got 0" in capsys.readouterr().err
     assert cli.main(["bench", "dlrm", "--rounds", "3"]) == 2
     assert "--rounds applies to every suite but dlrm" in capsys.readouterr().err
+    assert cli.main(["bench", "mlp", "--fp32-precision", "high"]) == 2
+    assert "--fp32-precision applies to --dtype fp32, not bf16" in capsys.readouterr().err
+
+
+def test_fp32_precision_is_set_recorded_and_named(tmp_path, monkeypatch):
+    """``--fp32-precision high`` sets PyTorch's fp32 matmul precision for the whole run (every
+    impl reads it), records it in the files and names them after it; fp32 runs record the
+    setting they ran at in any case. ``run_gpu`` is a stand-in (no GPU here)."""
+    seen = []
+
+    def fake_run_gpu(shapes, dtype, impls, modes, on_shape_done=None):
+        seen.append(torch.get_float32_matmul_precision())
+        return [harness.Measurement("mlp", {"batch": 64, "sizes": "13-16"}, "float32", "fused", "fwd", ms=0.1)]
+
+    monkeypatch.setattr(cli, "_prepare_backend", lambda: True)
+    monkeypatch.setattr(mlp_suite, "run_gpu", fake_run_gpu)
+    monkeypatch.setattr(mlp_suite, "default_impls", lambda max_autotune=False: ["fused"])
+    before = torch.get_float32_matmul_precision()
+    try:
+        for flag, precision, suffix in ((["--fp32-precision", "high"], "high", "_high"), ([], "highest", "")):
+            torch.set_float32_matmul_precision("highest")
+            out = tmp_path / precision
+            assert cli.main(["bench", "mlp", "--dtype", "fp32", "--shapes", "64x13x16", "--out", str(out), *flag]) == 0
+            assert seen[-1] == precision
+            [path] = out.glob("mlp_fp32_*.json")
+            assert ("_high" in path.stem) == bool(suffix)
+            assert json.loads(path.read_text())["environment"]["float32_matmul_precision"] == precision
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 def test_linear_act_suite_takes_the_activation(monkeypatch):

@@ -8,7 +8,8 @@ import pytest
 import torch
 from helpers import (
     TOLERANCE, assert_close, backward_peak_bytes, check_backward_twice, compile_pingpong_for_hopper,
-    check_inference_forward, first_store_backward_errors, forcing_tma_config, recording_pingpong_launches, rel_err,
+    check_inference_forward, first_store_backward_errors, forcing_tma_config, fp32_matmul_precision,
+    recording_pingpong_launches, rel_err,
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -359,15 +360,11 @@ print("ok")
 def test_dot_precision_follows_torch_setting():
     from fusedmlp.ops._common import dot_precision
 
-    before = torch.get_float32_matmul_precision()
-    try:
-        torch.set_float32_matmul_precision("highest")
+    with fp32_matmul_precision("highest"):
         assert dot_precision(torch.float32) == "ieee"
-        torch.set_float32_matmul_precision("high")
+    with fp32_matmul_precision("high"):
         assert dot_precision(torch.float32) == "tf32"
         assert dot_precision(torch.float64) == "ieee"
-    finally:
-        torch.set_float32_matmul_precision(before)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

@@ -4,13 +4,14 @@ import pytest
 import torch
 from helpers import (
     TOLERANCE, assert_close, backward_peak_bytes, check_against_float64, check_backward_twice, check_inference_forward,
-    check_replayed_step, compile_pingpong_for_hopper, first_store_backward_errors, forcing_tma_config, rel_err,
+    check_replayed_step, compile_pingpong_for_hopper, first_store_backward_errors, forcing_tma_config,
+    fp32_matmul_precision, rel_err,
     recording_pingpong_launches,
 )
 from torch import nn
 
 import fusedmlp
-from fusedmlp.kernels.configs import LINEAR_DPRE_CONFIGS, LINEAR_IEEE_CONFIGS, LINEAR_TMA_CONFIGS
+from fusedmlp.kernels.configs import LINEAR_DPRE_CONFIGS, LINEAR_FP32_CONFIGS, LINEAR_TMA_CONFIGS
 from fusedmlp.ops.activations import ACTIVATIONS
 from fusedmlp.ops.linear_act import linear_act_reference
 
@@ -151,20 +152,42 @@ def test_every_tma_config_on_gpu(monkeypatch, index):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("index", range(len(LINEAR_IEEE_CONFIGS)))
-def test_every_ieee_config_on_gpu(index):
-    """fp32 at "highest" precision takes the forward's CUDA-core tiles (LINEAR_IEEE_CONFIGS):
-    each, not only the tuner's pick, against float64 with and without the pre-activation,
-    partial row, column and K tiles."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_ieee_gemms_run_on_cublas(dtype, monkeypatch):
+    """fp32 at "highest" and fp64 (IEEE products, on CUDA cores in Triton) run the forward's
+    GEMM on cuBLAS, no Triton forward kernel launched: every activation, with and without the
+    bias and the pre-activation (relu with a bias and nothing kept: cuBLAS's relu epilogue),
+    against float64."""
     import fusedmlp.ops.linear_act as ops
-    from fusedmlp.ops._common import dot_precision
 
-    assert dot_precision(torch.float32) == "ieee", "the test needs PyTorch's default fp32 matmul precision"
-    launcher = ops._fwd_launcher
-    with launcher.forcing(launcher.ieee_configs[index]):
+    launches = []
+    for launcher in (ops._fwd_launcher, ops._fwd_fp32_launcher):
+        monkeypatch.setattr(launcher, "launch", lambda *a, real=launcher.launch, **k: launches.append(1) or real(*a, **k))
+    with fp32_matmul_precision("highest"):
+        for activation in ACTIVATIONS:
+            for bias in (True, False):
+                for save_preact in (False, True):
+                    tensors, g = make_inputs((300,), 200, 96, "cuda", bias=bias)
+                    run_check(tensors, g, dtype, activation, save_preact, f"bias={bias}")
+    assert not launches
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("index", range(len(LINEAR_FP32_CONFIGS)))
+def test_every_tf32_config_on_gpu(index):
+    """fp32 at "high" runs the Triton forward on TF32 tensor cores with LINEAR_FP32_CONFIGS
+    (each fits shared memory with and without the pre-activation tile; the first runs untuned):
+    against float64 within 5e-3 (10 mantissa bits a product), partial row, column and K tiles."""
+    import fusedmlp.ops.linear_act as ops
+
+    launcher = ops._fwd_fp32_launcher
+    with fp32_matmul_precision("high"), launcher.forcing(launcher.configs[index]):
         for save_preact in (False, True):
-            tensors, g = make_inputs((1000,), 200, 600, "cuda")
-            run_check(tensors, g, torch.float32, "gelu_tanh", save_preact, f"ieee config {index}")
+            (x, w, b), _ = make_inputs((1000,), 200, 600, "cuda")
+            x, w, b = (t.detach().float() for t in (x, w, b))
+            y = fusedmlp.linear_act(x, w.requires_grad_(), b, "gelu_tanh", save_preact)  # (a pre tile when kept)
+            err = rel_err(y, linear_act_reference(x.double(), w.double(), b.double(), "gelu_tanh"))
+            assert err < 5e-3, (index, save_preact, err)
 
 
 def test_inference_forward_keeps_no_preact(device, monkeypatch):

@@ -83,6 +83,11 @@ def cmd_bench(args) -> int:
         print("--rounds applies to every suite but dlrm, which times its steps its own way", file=sys.stderr)
         return 2
     dtype = getattr(torch, DTYPES[args.dtype])
+    if args.fp32_precision is not None:
+        if dtype != torch.float32:
+            print(f"--fp32-precision applies to --dtype fp32, not {args.dtype}", file=sys.stderr)
+            return 2
+        torch.set_float32_matmul_precision(args.fp32_precision)
     env = harness.environment()
     if not has_gpu:
         headers, table = suite.run_cpu_check(dtype)
@@ -128,6 +133,10 @@ def cmd_bench(args) -> int:
         stem += f"_{args.activation}"
     if args.backward_thread != "device":
         stem += f"_{args.backward_thread}_bwd"
+    if dtype == torch.float32:
+        env["float32_matmul_precision"] = torch.get_float32_matmul_precision()
+        if env["float32_matmul_precision"] != "highest":
+            stem += f"_{env['float32_matmul_precision']}"
     json_path = Path(args.out) / f"{stem}.json"
 
     def save(rows_so_far):  # after every shape, so an interrupted run keeps what it measured
@@ -297,6 +306,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--activation", default=None,
                        help="linear_act: the activation every impl applies (identity, relu, squared_relu, gelu, "
                             "gelu_tanh, sigmoid, silu; default gelu_tanh), named in the output files' names")
+    bench.add_argument("--fp32-precision", choices=("highest", "high"), default=None,
+                       help="with --dtype fp32: torch.set_float32_matmul_precision for every impl of the run "
+                            "(highest: IEEE fp32 products, the fused ops' GEMMs then on cuBLAS; high: TF32 tensor "
+                            "cores; default: PyTorch's setting, highest unless changed), named in the output "
+                            "files' names when high")
     bench.add_argument("--max-autotune", action="store_true",
                        help="also time torch.compile(mode='max-autotune') (compiles for minutes)")
     bench.add_argument("--modes", default=None, help="comma-separated subset of fwd,bwd,fwd+bwd (mlp: fwd,fwd+bwd; "

@@ -65,16 +65,9 @@ _GLU_STREAM_TILES = {
 # fp32 inputs at PyTorch's "highest" matmul precision (DOT_PRECISION "ieee"): Triton runs
 # the dot on CUDA cores with both operand tiles in registers, so the 16-bit tables above spill
 # to local memory there (BLOCK_K 64). Measured on an H100 (fp32, 16384 x 512 -> 1792, every
-# tile forced, 2026-11-23; cuBLAS 0.63 ms for the linear, 1.26 for the GLU's two GEMMs):
-# the linear forward took 1.54 ms on the tuner's pick without the pre-activation and 24.6 ms
-# with it (every 16-bit tile 26-33 ms: spills); these take 1.11-1.46 ms either way. The GLU
-# forward 4.9 -> 3.1-3.2 ms; SwiGLU's recompute step (fwd+bwd, its dh tile forced) 20.6 -> 14.2 ms.
-_LINEAR_IEEE_TILES = [
-    ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 16, "GROUP_M": 8}, 4, 3),
-    ({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8}, 4, 3),
-    ({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": 8}, 4, 3),
-    ({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8}, 2, 3),
-]
+# tile forced, 2026-11-23; cuBLAS 1.26 ms for the GLU's two GEMMs): the GLU forward 4.9 ->
+# 3.1-3.2 ms; SwiGLU's recompute step (fwd+bwd, its dh tile forced) 20.6 -> 14.2 ms.
+# (linear_act and mlp run such GEMMs on cuBLAS instead: ops/_common.py gemms_on_cublas.)
 _GLU_IEEE_TILES = [
     ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 16, "GROUP_M": 8}, 8, 3),
     ({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 16, "GROUP_M": 8}, 4, 3),
@@ -230,12 +223,15 @@ def _configs(tiles, tma=False, flatten=False):
 GLU_GEMM_CONFIGS = _configs(_GLU_TILES)
 GLU_IEEE_CONFIGS = _configs(_GLU_IEEE_TILES)
 GLU_BWD_IEEE_CONFIGS = _configs(_GLU_BWD_IEEE_TILES)
-LINEAR_IEEE_CONFIGS = _configs(_LINEAR_IEEE_TILES)
 GLU_TMA_CONFIGS = _configs(_GLU_TILES, tma=True)
 GLU_BWD_CONFIGS = _configs(_GLU_BWD_TILES)
 GLU_BWD_TMA_CONFIGS = _configs(_GLU_BWD_TILES, tma=True)
 GLU_STREAM_CONFIGS = {case: _configs(tiles) for case, tiles in _GLU_STREAM_TILES.items()}
 LINEAR_CONFIGS = _configs(_LINEAR_TILES)
+# fp32 data with TF32 products: the same tiles half as deep in K, the same bytes a stage (in
+# 4-byte elements the first 16-bit tile, 128 x 256 x 64 in 3 stages, asks 288 KiB of shared
+# memory; the first config is what runs untuned, FUSEDMLP_AUTOTUNE=0).
+LINEAR_FP32_CONFIGS = _configs([(dict(meta, BLOCK_K=meta["BLOCK_K"] // 2), w, st) for meta, w, st in _LINEAR_TILES])
 LINEAR_TMA_CONFIGS = _configs(_LINEAR_TILES, tma=True, flatten=True)
 LORA_CONFIGS = _configs(_LORA_TILES)
 LORA_TMA_CONFIGS = _configs(_LORA_TILES, tma=True)
@@ -437,7 +433,7 @@ class Launcher:
     After the first launch of a kind, later ones reuse the compiled kernel directly
     (kernels/launch.py: the same kernel and config, a fraction of the host time).
     ``ieee_configs``, if given, replace ``configs`` for launches with DOT_PRECISION "ieee"
-    (fp32 dots on CUDA cores: smaller tiles, see _LINEAR_IEEE_TILES).
+    (fp32 dots on CUDA cores: smaller tiles, see _GLU_IEEE_TILES).
     ``timing``: how the tuner times a config, "events" (``event_timing``, Triton's default:
     each launch alone after an L2 flush) or "graph" (``graph_timing``: for kernels of a few
     microseconds). Either refuses to time during a CUDA graph capture, with a clear error.

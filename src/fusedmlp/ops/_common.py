@@ -76,11 +76,14 @@ def acc_dtypes(dtype: torch.dtype):
     return tl.float32, torch.float32
 
 
+@torch.compiler.assume_constant_result  # torch.compile reads the setting once per graph, not in it
+def _fp32_matmul_allows_tf32() -> bool:
+    return torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
+
+
 def dot_precision(dtype: torch.dtype) -> str:
     """tl.dot input precision: fp32 inputs honour PyTorch's fp32 matmul precision setting."""
-    if dtype == torch.float32 and (
-        torch.backends.cuda.matmul.allow_tf32 or torch.get_float32_matmul_precision() != "highest"
-    ):
+    if dtype == torch.float32 and _fp32_matmul_allows_tf32():
         return "tf32"
     if dtype in (torch.float32, torch.float64):
         return "ieee"
@@ -95,6 +98,16 @@ def upcast_dots(dtype: torch.dtype) -> bool:
 def dot_meta(dtype: torch.dtype) -> dict:
     """The main loop's dtype meta-parameters for inputs of ``dtype`` (every GEMM kernel takes them)."""
     return {"ACC_DTYPE": acc_dtypes(dtype)[0], "DOT_PRECISION": dot_precision(dtype), "UPCAST": upcast_dots(dtype)}
+
+
+def gemms_on_cublas(t: torch.Tensor) -> bool:
+    """True for a CUDA tensor whose dots would run as IEEE products on CUDA cores: fp32 at
+    PyTorch's "highest" matmul precision, and fp64. cuBLAS's SGEMM is then several times faster
+    than Triton's CUDA-core dots (H100, fp32, DLRM's MLPs at 65536 rows: the whole-MLP kernel's
+    best tile 2.7 / 5.6 ms forward against eager's 0.65 / 1.05; first-call compiles of 20-60 s
+    a tile, benchmarks/NOTES.md "fp32 at 'highest': the GEMMs on cuBLAS"), so linear_act and mlp
+    run their GEMMs there and keep only the elementwise work in Triton."""
+    return t.is_cuda and dot_precision(t.dtype) == "ieee"
 
 
 def grad_needed(*tensors) -> bool:

@@ -6,7 +6,8 @@
 Forward: one kernel (GEMM + bias + activation on the tile; on compute capability 9.0 with
 16-bit data the fastest of three forms, timed on the first call of each shape: the Triton TMA
 kernel and the Gluon ping-pong kernel, kernels/pingpong.py, alternating tiles between its two
-consumers or both on each tile). Backward (kernels/linear_act.py):
+consumers or both on each tile; on a GPU with IEEE products, fp32 at PyTorch's "highest" matmul
+precision and fp64, the GEMM runs on cuBLAS instead, ``_cublas_fwd``). Backward (kernels/linear_act.py):
 one streaming kernel forms ``dpre = g * act'(pre)`` and the per-row-block db partials (reduced
 in a fixed order: deterministic), then ``dx = dpre @ W`` and ``dW = dpre.T @ x`` run on cuBLAS.
 The identity has no stream: dpre is g itself and db its column sum (PyTorch's, deterministic).
@@ -43,6 +44,7 @@ import torch
 
 from ..kernels.configs import (
     LINEAR_CONFIGS,
+    LINEAR_FP32_CONFIGS,
     LINEAR_DGRAD_BLOCK_M,
     LINEAR_DGRAD_CONFIGS,
     LINEAR_DGRAD_TMA_CONFIGS,
@@ -52,7 +54,6 @@ from ..kernels.configs import (
     LINEAR_DPRE_RECOMPUTE_NARROW_CONFIG,
     LINEAR_DPRE_RECOMPUTE_NARROW_MAX_K,
     LINEAR_COOPERATIVE_CONFIG,
-    LINEAR_IEEE_CONFIGS,
     LINEAR_PINGPONG_CONFIG,
     LINEAR_TMA_CONFIGS,
     LINEAR_WIDE_COOPERATIVE_CONFIG,
@@ -76,6 +77,7 @@ from ._common import (
     check_bool,
     check_linear_inputs,
     dot_meta,
+    gemms_on_cublas,
     grad_needed,
     launch_pingpong,
     num_sms,
@@ -99,7 +101,8 @@ __all__ = ["linear_act", "linear_act_reference", "linear_act_forward_impl"]
 _FWD_KEY = ["M_KEY", "N", "K", "ACT", "HAS_BIAS", "STORE_PRE"]
 _DGRAD_KEY = ["M_KEY", "N", "K", "ACT", "FROM_OUTPUT", "HAS_BIAS", "STORE_DPRE"]
 _DGRAD_FIXED = {"BLOCK_M": LINEAR_DGRAD_BLOCK_M}
-_fwd_launcher = Launcher(linear_act_fwd_kernel, LINEAR_CONFIGS, key=_FWD_KEY, ieee_configs=LINEAR_IEEE_CONFIGS)
+_fwd_launcher = Launcher(linear_act_fwd_kernel, LINEAR_CONFIGS, key=_FWD_KEY)
+_fwd_fp32_launcher = Launcher(linear_act_fwd_kernel, LINEAR_FP32_CONFIGS, key=_FWD_KEY)  # TF32 products
 _fwd_tma_launcher = Launcher(linear_act_fwd_tma_kernel, LINEAR_TMA_CONFIGS, key=_FWD_KEY)
 _dgrad_launcher = Launcher(linear_act_dgrad_kernel, LINEAR_DGRAD_CONFIGS, key=_DGRAD_KEY, fixed=_DGRAD_FIXED)
 _DPRE_KEY = ["M_KEY", "N", "ACT", "FROM_OUTPUT", "HAS_BIAS", "STORE_DPRE", "IN_PLACE"]
@@ -130,7 +133,22 @@ def linear_act_reference(x, weight, bias=None, activation="gelu_tanh"):
 # --------------------------------------------------------------------------------------
 # Kernel launches
 # --------------------------------------------------------------------------------------
+def _cublas_fwd(x, weight, bias, act, store_pre):
+    """(y, pre) with the GEMM on cuBLAS (``gemms_on_cublas``: fp32 at "highest", fp64): the
+    bias in cuBLAS's epilogue, relu too where nothing else is kept (``torch._addmm_activation``,
+    whose gelu is not the same function on every device: not used), else the activation as
+    one elementwise pass over the pre-activation."""
+    if act == "relu" and bias is not None and not store_pre:
+        return torch._addmm_activation(bias, x, weight.t()), x.new_empty((0,))
+    pre = torch.nn.functional.linear(x, weight, bias)
+    if act == "identity":  # y is pre: a kept pre must not be y itself (the backward writes over it)
+        return pre, (pre.clone() if store_pre else pre.new_empty((0,)))
+    return activation_reference(pre, act), (pre if store_pre else pre.new_empty((0,)))
+
+
 def _launch_fwd(x, weight, bias, act, store_pre):
+    if gemms_on_cublas(x):
+        return _cublas_fwd(x, weight, bias, act, store_pre)
     m, k = x.shape
     n = weight.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
@@ -156,11 +174,11 @@ def _launch_fwd(x, weight, bias, act, store_pre):
                                 launch)
         return y, pre
     grid = lambda meta: (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
-    _fwd_launcher.launch(
+    (_fwd_fp32_launcher if x.dtype == torch.float32 else _fwd_launcher).launch(
         grid, x, weight, b_ptr, y, pre if store_pre else y,
         stride_xm=x.stride(0), stride_xk=x.stride(1), stride_wn=weight.stride(0), stride_wk=weight.stride(1),
         stride_ym=y.stride(0), stride_pm=pre.stride(0) if store_pre else 0,
-        **common, **dot_meta(x.dtype), fp64=x.dtype == torch.float64,
+        **common, **dot_meta(x.dtype),
     )
     return y, pre
 

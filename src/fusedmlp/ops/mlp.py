@@ -11,7 +11,10 @@ a layer whose weight tile is too large to load whole (``FULL_TILE_BYTES``: 256 x
 So 13-512-256-64-16 and 367-512-256-1 (DLRM) run as one kernel; two adjacent layers wider than
 ``FULL_MAX`` (1024-1024-...) do not, and such stacks run layer by layer through
 ``linear_act``, automatically (so do CPU tensors without the Triton interpreter, through its
-PyTorch reference). On Hopper in 16 bits, from ``FIRST_LAYER_GEMM_MIN_ROWS`` rows, a wide
+PyTorch reference, and CUDA tensors whose products would run on CUDA cores: fp32 at PyTorch's
+"highest" matmul precision and fp64, whose GEMMs then run on cuBLAS, ``gemms_on_cublas``: on an
+H100 the whole-stack kernel's fp32 CUDA-core dots ran DLRM's MLPs 2.4-5x slower than eager's
+SGEMM and took 20-60 s to compile a tile). On Hopper in 16 bits, from ``FIRST_LAYER_GEMM_MIN_ROWS`` rows, a wide
 first layer fed by a wide input (DLRM's 367 -> 512) runs as linear_act's forward and the
 rest of the stack as one kernel (the comment at that constant says when and why); in eager
 mode inside ``fusedmlp.graph_capture_mode`` (a step to be replayed from a CUDA graph), from
@@ -70,6 +73,7 @@ from ._common import (
     check_tensor,
     dot_meta,
     dot_width,
+    gemms_on_cublas,
     grad_needed,
     next_power_of_2,
     num_sms,
@@ -741,12 +745,12 @@ def mlp(
     acts = layer_activations(len(weights), act, last_act)
     x2d = x.reshape(-1, x.shape[-1])
     plan = None
-    if use_triton(x2d):
+    if use_triton(x2d) and not gemms_on_cublas(x2d):
         widths = (x2d.shape[1],) + tuple(w.shape[0] for w in weights)
         # (dynamo traces the planner itself rather than call through its cache)
         planner = mlp_plan.__wrapped__ if torch.compiler.is_compiling() else mlp_plan
         plan = planner(widths, acts, tuple(b is not None for b in biases), FULL_MAX, x2d.element_size())
-    if plan is None:  # too wide for one kernel, or CPU without the interpreter: layer by layer
+    if plan is None:  # too wide for one kernel, GEMMs on cuBLAS, or CPU without the interpreter: layer by layer
         y = x2d
         for w, b, a in zip(weights, biases, acts):
             y = linear_act(y, w, b, a)
