@@ -203,6 +203,19 @@ def forcing_tma_config(monkeypatch, ops, launcher, index, sms=3):
         yield
 
 
+def recording_launches(monkeypatch, launchers):
+    """Each launch through ``launchers`` (kernels/configs.py ``Launcher`` objects) appended to
+    the returned list: a test that a path launches none of those kernels."""
+    launched = []
+    for launcher in launchers:
+        def recorded(*args, real=launcher.launch, **kwargs):
+            launched.append(real)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(launcher, "launch", recorded)
+    return launched
+
+
 def recording_pingpong_launches(monkeypatch, ops=None, sms=3):
     """Hopper only (skips elsewhere): the ops module ``ops`` (default: the GLU ops) sizes
     ping-pong grids for ``sms`` SMs (every program walks several tiles on small test shapes),

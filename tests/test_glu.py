@@ -9,12 +9,12 @@ import torch
 from helpers import (
     TOLERANCE, assert_close, backward_peak_bytes, check_backward_twice, compile_pingpong_for_hopper,
     check_inference_forward, first_store_backward_errors, forcing_tma_config, fp32_matmul_precision,
-    recording_pingpong_launches, rel_err,
+    recording_launches, recording_pingpong_launches, rel_err,
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import fusedmlp
-from fusedmlp.kernels.configs import GLU_BWD_IEEE_CONFIGS, GLU_IEEE_CONFIGS, GLU_TMA_CONFIGS
+from fusedmlp.kernels.configs import GLU_BWD_FP32_CONFIGS, GLU_FP32_CONFIGS, GLU_TMA_CONFIGS
 from fusedmlp.ops.activations import ACTIVATIONS
 from fusedmlp.ops.glu import geglu_reference
 
@@ -620,23 +620,62 @@ def test_every_tma_config_on_gpu(monkeypatch, index):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("index", range(max(len(GLU_IEEE_CONFIGS), len(GLU_BWD_IEEE_CONFIGS))))
-def test_every_ieee_config_on_gpu(index):
-    """fp32 at "highest" precision takes the CUDA-core tiles of the forward (GLU_IEEE_CONFIGS)
-    and of the recompute backward's dh (GLU_BWD_IEEE_CONFIGS): each against float64, both
-    memory modes, partial tiles (SwiGLU's dh with g on the tile: tests/test_swiglu.py)."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_ieee_gemms_run_on_cublas(dtype, monkeypatch):
+    """fp32 at "highest" and fp64 (IEEE products, which Triton runs on CUDA cores) take the
+    GLU's products from cuBLAS, forward and both memory modes' backward (h recomputed there
+    too), no Triton GEMM kernel launched: activations, with and without a bias, against float64."""
     import fusedmlp.ops.glu as glu_ops
-    from fusedmlp.ops._common import dot_precision
 
-    assert dot_precision(torch.float32) == "ieee", "the test needs PyTorch's default fp32 matmul precision"
-    fwd, bwd = glu_ops._fwd_launcher.ieee_configs, glu_ops._bwd_launcher.ieee_configs
-    with glu_ops._fwd_launcher.forcing(fwd[min(index, len(fwd) - 1)]), \
-            glu_ops._bwd_launcher.forcing(bwd[min(index, len(bwd) - 1)]):
+    launched = recording_launches(monkeypatch, (glu_ops._fwd_launcher, glu_ops._fwd_fp32_launcher,
+                                                glu_ops._fwd_tma_launcher, glu_ops._bwd_launcher,
+                                                glu_ops._bwd_fp32_launcher, glu_ops._bwd_tma_launcher))
+    cast = lambda t: None if t is None else t.to(dtype)  # noqa: E731
+    with fp32_matmul_precision("highest"):
+        for activation in ("gelu_tanh", "silu", "identity"):
+            for bias in (True, False):
+                for recompute in (True, False):
+                    x64, w64, b64, g64 = make_inputs((300,), 200, 96, dtype, "cuda", bias)
+                    check_against_reference(cast(x64), cast(w64), cast(b64), cast(g64), recompute,
+                                            f"bias={bias}", activation)
+    assert not launched
+
+
+def test_joined_halves():
+    """The cuBLAS path's one product over GEGLU's two weight halves: a view over both only where
+    the second's rows follow the first's in memory with the same strides."""
+    from fusedmlp.ops.glu import _joined
+
+    for packed in (torch.randn(10, 7), torch.randn(7, 10).t(), torch.randn(10, 16)[:, :7], torch.randn(10)):
+        joined = _joined(packed[:4], packed[4:])
+        assert joined is not None and torch.equal(joined, packed)
+    w = torch.randn(10, 7)
+    assert _joined(w[:4], w[5:]) is None  # a row between
+    assert _joined(w[4:], w[:4]) is None  # the wrong order
+    assert _joined(torch.randn(4, 7), torch.randn(6, 7)) is None  # two tensors
+    assert _joined(w[:4, :6], w[4:, 1:]) is None  # the second does not start where the first ends
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("index", range(max(len(GLU_FP32_CONFIGS), len(GLU_BWD_FP32_CONFIGS))))
+def test_every_tf32_config_on_gpu(index):
+    """fp32 at "high" keeps the Triton kernels, on TF32 tensor cores, with the fp32 tables (the
+    16-bit tiles half as deep in K: the first 16-bit ones overflow shared memory in fp32, and
+    the first runs untuned): each forward and recompute-dh config forced, both memory modes,
+    against float64 within 5e-3 (10 mantissa bits a product), partial tiles."""
+    import fusedmlp.ops.glu as glu_ops
+
+    fwd, bwd = glu_ops._fwd_fp32_launcher, glu_ops._bwd_fp32_launcher
+    with fp32_matmul_precision("high"), fwd.forcing(fwd.configs[min(index, len(fwd.configs) - 1)]), \
+            bwd.forcing(bwd.configs[min(index, len(bwd.configs) - 1)]):
         for recompute in (True, False):
             x64, w64, b64, g64 = make_inputs((1000,), 200, 600, torch.float32, "cuda")
-            cast = lambda t: t.float()  # noqa: E731
-            check_against_reference(cast(x64), cast(w64), cast(b64), cast(g64), recompute,
-                                    f"ieee config {index}")
+            leaves = [t.float().requires_grad_() for t in (x64, w64, b64)]
+            y = fusedmlp.geglu(*leaves, recompute=recompute)
+            y.backward(g64.float())
+            ref_y, ref_grads = reference_grads(x64, w64, b64, g64)
+            for name, out, ref in zip(("y", "dx", "dW", "db"), (y, *(t.grad for t in leaves)), (ref_y, *ref_grads)):
+                assert rel_err(out, ref) < 5e-3, (index, recompute, name, rel_err(out, ref))
 
 
 @pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "store"])

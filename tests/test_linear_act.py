@@ -6,7 +6,7 @@ from helpers import (
     TOLERANCE, assert_close, backward_peak_bytes, check_against_float64, check_backward_twice, check_inference_forward,
     check_replayed_step, compile_pingpong_for_hopper, first_store_backward_errors, forcing_tma_config,
     fp32_matmul_precision, rel_err,
-    recording_pingpong_launches,
+    recording_launches, recording_pingpong_launches,
 )
 from torch import nn
 
@@ -160,9 +160,7 @@ def test_ieee_gemms_run_on_cublas(dtype, monkeypatch):
     against float64."""
     import fusedmlp.ops.linear_act as ops
 
-    launches = []
-    for launcher in (ops._fwd_launcher, ops._fwd_fp32_launcher):
-        monkeypatch.setattr(launcher, "launch", lambda *a, real=launcher.launch, **k: launches.append(1) or real(*a, **k))
+    launches = recording_launches(monkeypatch, (ops._fwd_launcher, ops._fwd_fp32_launcher))
     with fp32_matmul_precision("highest"):
         for activation in ACTIVATIONS:
             for bias in (True, False):

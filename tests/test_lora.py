@@ -5,13 +5,13 @@ import contextlib
 import pytest
 import torch
 from helpers import (
-    assert_close, check_against_float64, check_inference_forward, check_replayed_step, compile_pingpong_for_hopper, recording_pingpong_launches,
-    rel_err,
+    assert_close, check_against_float64, check_inference_forward, check_replayed_step, compile_pingpong_for_hopper,
+    fp32_matmul_precision, recording_launches, recording_pingpong_launches, rel_err,
 )
 from torch import nn
 
 import fusedmlp
-from fusedmlp.kernels.configs import LORA_CONFIGS
+from fusedmlp.kernels.configs import LORA_CONFIGS, LORA_FP32_CONFIGS
 from fusedmlp.ops.activations import activation_reference, check_activation
 from fusedmlp.ops.lora import lora_linear_reference
 
@@ -316,7 +316,9 @@ def test_merged_weight(device, monkeypatch, dtype, r):
     lora_a = torch.randn(r, d_in, dtype=torch.float64, device=device).to(dtype)
     lora_b = torch.randn(out, r, dtype=torch.float64, device=device).to(dtype)
     merged = ops._merged_weight(weight, lora_b, lora_a, scale, traced=False)
-    assert launched == [ops.lora_merge_kernel] and merged.dtype == dtype and merged.shape == weight.shape
+    # fp32 at "highest" and fp64 on a GPU: cuBLAS's addmm (ops/_common.py gemms_on_cublas)
+    assert launched == ([] if ops.gemms_on_cublas(weight) else [ops.lora_merge_kernel])
+    assert merged.dtype == dtype and merged.shape == weight.shape
     expected = weight.double() + scale * lora_b.double() @ lora_a.double()
     ulp = torch.finfo(dtype).eps * expected.abs()
     slack = 1e-5 * r * (lora_b.double().abs() @ lora_a.double().abs()) if dtype != torch.float64 else 0.0
@@ -662,6 +664,56 @@ def test_bf16_at_scale(activation, r, tokens, d):
     """bf16 at LLM widths (the tensor-descriptor kernel on Hopper) against float64 on the GPU."""
     tensors, g = make_inputs((tokens,), d, d, r, "cuda")
     run_check(tensors, g, torch.bfloat16, activation, scale=2.0, what="at scale")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_ieee_gemms_run_on_cublas(dtype, monkeypatch):
+    """fp32 at "highest" and fp64 (IEEE products, which Triton runs on CUDA cores) run the
+    forward as cuBLAS products with the activation after them, as the reference does, and the
+    backward's merged weight with addmm: no Triton GEMM kernel launched (the dpre stream is
+    elementwise), at ranks and sizes that would take each forward path, with dropout, against
+    float64."""
+    import fusedmlp.ops.lora as ops
+
+    launched = recording_launches(monkeypatch, (ops._fwd_launcher, ops._fwd_fp32_launcher, ops._fwd_tma_launcher))
+    real_launch = ops.launch
+    monkeypatch.setattr(ops, "launch", lambda kernel, *a, **k: launched.append(kernel) or real_launch(kernel, *a, **k))
+    with fp32_matmul_precision("highest"):
+        for activation, save_preact in (("identity", False), ("identity", True), ("relu", False), ("gelu_tanh", True)):
+            for r in (8, 40):
+                tensors, g = make_inputs((300,), 200, 96, r, "cuda")
+                run_check(tensors, g, dtype, activation, save_preact=save_preact, what=f"r={r}")
+        x = torch.randn(300, 200, dtype=dtype, device="cuda")
+        (_, w, b, a, lb), _ = make_inputs((300,), 200, 96, 8, "cuda")
+        y = fusedmlp.lora_linear(x, *(t.detach().to(dtype) for t in (w, b, a, lb)), 0.5, dropout_p=0.5)
+        assert y.shape == (300, 96) and torch.isfinite(y).all()
+    assert not launched
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("index", range(len(LORA_FP32_CONFIGS)))
+def test_every_tf32_config_on_gpu(monkeypatch, index):
+    """fp32 at "high" keeps the Triton forward, on TF32 tensor cores, with LORA_FP32_CONFIGS (the
+    16-bit tiles half as deep in K; the first runs untuned): each config forced, x @ A.T in the
+    main loop and from cuBLAS, against float64 within 5e-3 (10 mantissa bits a product)."""
+    import fusedmlp.ops.lora as ops
+
+    launcher = ops._fwd_fp32_launcher
+    for in_loop_macs in (10**12, 0):
+        monkeypatch.setattr(ops, "IN_LOOP_MAX_MACS", in_loop_macs)
+        for r, save_preact in ((8, False), (24, True)):
+            tensors, g = make_inputs((1000,), 200, 600, r, "cuda")
+            leaves = [t.detach().float().requires_grad_(t.requires_grad) for t in tensors]
+            with fp32_matmul_precision("high"), launcher.forcing(launcher.configs[index]):
+                y = fusedmlp.lora_linear(*leaves, 0.5, "gelu_tanh", save_preact=save_preact)
+                y.backward(g.float())
+            ref = lora_linear_reference(*tensors, 0.5, "gelu_tanh")
+            ref.backward(g)
+            what = (index, in_loop_macs, r)
+            assert rel_err(y, ref) < 5e-3, (what, rel_err(y, ref))
+            for name, out, t in zip(("dx", "db", "dA", "dB"), (leaves[0], *leaves[2:]), (tensors[0], *tensors[2:])):
+                assert rel_err(out.grad, t.grad) < 5e-3, (what, name, rel_err(out.grad, t.grad))
 
 
 @pytest.mark.gpu

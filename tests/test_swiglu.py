@@ -4,11 +4,11 @@ import pytest
 import torch
 from helpers import (
     TOLERANCE, assert_close, backward_peak_bytes, check_against_float64, check_backward_twice,
-    check_inference_forward, check_replayed_step, first_store_backward_errors, recording_pingpong_launches, rel_err,
+    check_inference_forward, check_replayed_step, first_store_backward_errors, fp32_matmul_precision,
+    recording_launches, recording_pingpong_launches, rel_err,
 )
 
 import fusedmlp
-from fusedmlp.kernels.configs import GLU_BWD_IEEE_CONFIGS
 from fusedmlp.ops.swiglu import swiglu_reference
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
@@ -138,18 +138,38 @@ def test_first_store_backward_with_autotuning():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("index", range(len(GLU_BWD_IEEE_CONFIGS)))
-def test_every_ieee_config_on_gpu(index):
-    """fp32 at "highest" precision: the recompute backward's dh with g = gy @ Wd on the tile
-    runs each CUDA-core tile (GLU_BWD_IEEE_CONFIGS, not only the tuner's pick) against float64."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_ieee_gemms_run_on_cublas(dtype, monkeypatch):
+    """fp32 at "highest" and fp64 take the gate and up products from cuBLAS (h recomputed there
+    in recompute mode), no Triton GEMM kernel launched; both modes against float64."""
     import fusedmlp.ops.glu as glu_ops
-    from fusedmlp.ops._common import dot_precision
 
-    assert dot_precision(torch.float32) == "ieee", "the test needs PyTorch's default fp32 matmul precision"
-    launcher = glu_ops._bwd_launcher
-    with launcher.forcing(launcher.ieee_configs[index]):
-        tensors, g = make_inputs((1000,), 200, 600, "cuda")
-        run_check(tensors, g, torch.float32, True, f"ieee config {index}")
+    launched = recording_launches(monkeypatch, (glu_ops._fwd_launcher, glu_ops._fwd_fp32_launcher,
+                                                glu_ops._fwd_tma_launcher, glu_ops._bwd_launcher,
+                                                glu_ops._bwd_fp32_launcher, glu_ops._bwd_tma_launcher))
+    with fp32_matmul_precision("highest"):
+        for recompute in (False, True):
+            tensors, g = make_inputs((300,), 200, 96, "cuda")
+            run_check(tensors, g, dtype, recompute, "cuBLAS")
+    assert not launched
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recompute", [False, True], ids=["store", "recompute"])
+def test_tf32_on_gpu(recompute):
+    """fp32 at "high" keeps the Triton kernels, on TF32 tensor cores, untuned (the tests' default):
+    against float64 within 5e-3 (10 mantissa bits a product), partial tiles; the recompute mode
+    forms g = gy @ W_down on the dh kernel's tile (every fp32 config: tests/test_glu.py)."""
+    tensors, g = make_inputs((1000,), 200, 600, "cuda")
+    leaves = [t.detach().float().requires_grad_() for t in tensors]
+    with fp32_matmul_precision("high"):
+        y = fusedmlp.swiglu(*leaves, recompute=recompute)
+        y.backward(g.float())
+    ref = swiglu_reference(*tensors)
+    ref.backward(g)
+    for name, out, expected in zip(("y", "dx", "dW_gate", "dW_up", "dW_down"), (y, *(t.grad for t in leaves)),
+                                   (ref, *(t.grad for t in tensors))):
+        assert rel_err(out, expected) < 5e-3, (name, rel_err(out, expected))
 
 
 @pytest.mark.gpu

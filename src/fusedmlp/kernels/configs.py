@@ -62,23 +62,6 @@ _GLU_STREAM_TILES = {
     (False, True): [({"SUB_M": 16, "BLOCK_N": 128}, 4, 1)],
 }
 
-# fp32 inputs at PyTorch's "highest" matmul precision (DOT_PRECISION "ieee"): Triton runs
-# the dot on CUDA cores with both operand tiles in registers, so the 16-bit tables above spill
-# to local memory there (BLOCK_K 64). Measured on an H100 (fp32, 16384 x 512 -> 1792, every
-# tile forced, 2026-11-23; cuBLAS 1.26 ms for the GLU's two GEMMs): the GLU forward 4.9 ->
-# 3.1-3.2 ms; SwiGLU's recompute step (fwd+bwd, its dh tile forced) 20.6 -> 14.2 ms.
-# (linear_act and mlp run such GEMMs on cuBLAS instead: ops/_common.py gemms_on_cublas.)
-_GLU_IEEE_TILES = [
-    ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 16, "GROUP_M": 8}, 8, 3),
-    ({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 16, "GROUP_M": 8}, 4, 3),
-    ({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": 8}, 4, 3),
-]
-_GLU_BWD_IEEE_TILES = [
-    ({"BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8}, 8, 3),
-    ({"BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": 8}, 8, 3),
-    ({"BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 8}, 4, 3),
-]
-
 # Linear + activation GEMM tiles: one fp32 accumulator. 128x256x64 is the tile a persistent
 # TMA GEMM was measured at 96-101% of cuBLAS bf16 with on an H100 (DESIGN.md).
 _LINEAR_TILES = [
@@ -221,17 +204,26 @@ def _configs(tiles, tma=False, flatten=False):
 
 
 GLU_GEMM_CONFIGS = _configs(_GLU_TILES)
-GLU_IEEE_CONFIGS = _configs(_GLU_IEEE_TILES)
-GLU_BWD_IEEE_CONFIGS = _configs(_GLU_BWD_IEEE_TILES)
 GLU_TMA_CONFIGS = _configs(_GLU_TILES, tma=True)
 GLU_BWD_CONFIGS = _configs(_GLU_BWD_TILES)
 GLU_BWD_TMA_CONFIGS = _configs(_GLU_BWD_TILES, tma=True)
 GLU_STREAM_CONFIGS = {case: _configs(tiles) for case, tiles in _GLU_STREAM_TILES.items()}
 LINEAR_CONFIGS = _configs(_LINEAR_TILES)
-# fp32 data with TF32 products: the same tiles half as deep in K, the same bytes a stage (in
-# 4-byte elements the first 16-bit tile, 128 x 256 x 64 in 3 stages, asks 288 KiB of shared
-# memory; the first config is what runs untuned, FUSEDMLP_AUTOTUNE=0).
-LINEAR_FP32_CONFIGS = _configs([(dict(meta, BLOCK_K=meta["BLOCK_K"] // 2), w, st) for meta, w, st in _LINEAR_TILES])
+
+
+def _k_halved(tiles):
+    """fp32 data with TF32 products: the same tiles half as deep in K, the same bytes a stage.
+    In 4-byte elements the 16-bit tables' first tiles overflow shared memory (the linear's
+    128 x 256 x 64 in 3 stages asks 288 KiB, the GLU's paired 128 x 128 x 64 in 3 stages 288,
+    LoRA's 128 x 128 x 64 in 4 stages 256 and more), and the first config is what runs untuned
+    (FUSEDMLP_AUTOTUNE=0); tuned, only the few tiles that fit would be left to choose from."""
+    return [(dict(meta, BLOCK_K=meta["BLOCK_K"] // 2), w, st) for meta, w, st in tiles]
+
+
+LINEAR_FP32_CONFIGS = _configs(_k_halved(_LINEAR_TILES))
+GLU_FP32_CONFIGS = _configs(_k_halved(_GLU_TILES))
+GLU_BWD_FP32_CONFIGS = _configs(_k_halved(_GLU_BWD_TILES))
+LORA_FP32_CONFIGS = _configs(_k_halved(_LORA_TILES))
 LINEAR_TMA_CONFIGS = _configs(_LINEAR_TILES, tma=True, flatten=True)
 LORA_CONFIGS = _configs(_LORA_TILES)
 LORA_TMA_CONFIGS = _configs(_LORA_TILES, tma=True)
@@ -432,17 +424,14 @@ class Launcher:
     (kernels/launch.py: cached launches expand them without descriptor objects).
     After the first launch of a kind, later ones reuse the compiled kernel directly
     (kernels/launch.py: the same kernel and config, a fraction of the host time).
-    ``ieee_configs``, if given, replace ``configs`` for launches with DOT_PRECISION "ieee"
-    (fp32 dots on CUDA cores: smaller tiles, see _GLU_IEEE_TILES).
     ``timing``: how the tuner times a config, "events" (``event_timing``, Triton's default:
     each launch alone after an L2 flush) or "graph" (``graph_timing``: for kernels of a few
     microseconds). Either refuses to time during a CUDA graph capture, with a clear error.
     """
 
-    def __init__(self, kernel, configs, key, fixed=None, ieee_configs=None, timing="events"):
+    def __init__(self, kernel, configs, key, fixed=None, timing="events"):
         self.kernel = kernel
         self.configs = list(configs)
-        self.ieee_configs = list(ieee_configs or ())
         self._forced = None
         self.params = set(kernel.arg_names)
         self.fixed = dict(fixed or {})
@@ -454,8 +443,6 @@ class Launcher:
         self.default = _meta_of(first)
         self.pre_hook = first.pre_hook
         self.tuned = self._tuner(configs, key)
-        self.ieee_default = _meta_of(self.ieee_configs[0]) if self.ieee_configs else self.default
-        self.tuned_ieee = self._tuner(self.ieee_configs, key) if self.ieee_configs else self.tuned
         self.fast = FastLaunch(kernel, self.pre_hook, self.pre_hook is _set_descriptor_blocks)
 
     def _tuner(self, configs, key):
@@ -479,8 +466,8 @@ class Launcher:
 
     @contextlib.contextmanager
     def forcing(self, config):
-        """Inside the block, GPU launches but fp64 ones run ``config`` (one of ``self.configs``
-        or ``self.ieee_configs``), untuned and uncached: the GPU tests check every config this
+        """Inside the block, GPU launches but fp64 ones run ``config`` (one of ``self.configs``),
+        untuned and uncached: the GPU tests check every config this
         way, not only the one the tuner picks."""
         self._forced = _meta_of(config)
         try:
@@ -493,12 +480,10 @@ class Launcher:
             return self._run_fixed(grid, args, kwargs, INTERPRET_CONFIG)[0]
         if self._forced is not None and not fp64:
             return self._run_fixed(grid, args, kwargs, self._forced)[0]
-        ieee = kwargs.get("DOT_PRECISION") == "ieee"
-        tuned, default = (self.tuned_ieee, self.ieee_default) if ieee else (self.tuned, self.default)
         if fp64:
             run = lambda: self._run_fixed(grid, args, kwargs, FP64_CONFIG)  # noqa: E731
-        elif tuned is None:
-            run = lambda: self._run_fixed(grid, args, kwargs, default)  # noqa: E731
+        elif self.tuned is None:
+            run = lambda: self._run_fixed(grid, args, kwargs, self.default)  # noqa: E731
         else:
-            run = lambda: self._run_tuned(tuned, grid, args, kwargs)  # noqa: E731
+            run = lambda: self._run_tuned(self.tuned, grid, args, kwargs)  # noqa: E731
         return self.fast.call(run, grid, args, kwargs, by_value=self.key)[0]

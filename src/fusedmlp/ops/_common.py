@@ -105,8 +105,9 @@ def gemms_on_cublas(t: torch.Tensor) -> bool:
     PyTorch's "highest" matmul precision, and fp64. cuBLAS's SGEMM is then several times faster
     than Triton's CUDA-core dots (H100, fp32, DLRM's MLPs at 65536 rows: the whole-MLP kernel's
     best tile 2.7 / 5.6 ms forward against eager's 0.65 / 1.05; first-call compiles of 2.7-61 s
-    a tile, benchmarks/NOTES.md "fp32 at 'highest': the GEMMs on cuBLAS"), so linear_act and mlp
-    run their GEMMs there and keep only the elementwise work in Triton."""
+    a tile, benchmarks/NOTES.md "fp32 at 'highest': the GEMMs on cuBLAS"), so linear_act, mlp,
+    the GLUs (GEGLU, SwiGLU) and LoRA run their GEMMs there and keep only the elementwise work
+    in Triton."""
     return t.is_cuda and dot_precision(t.dtype) == "ieee"
 
 

@@ -33,6 +33,14 @@ per chunk), db in fp32. Where the rows are too few for 4 such chunks (under 1638
 recompute mode splits the output's columns instead (``_dh_chunks``): a chunk of columns
 [c0, c1) is the GLU of weight rows c0:c1 and out+c0:out+c1, so its dh comes from x alone,
 its dW rows are written whole, and dx adds its two products (one rounding per product).
+
+fp32 at PyTorch's "highest" matmul precision and fp64 on a GPU (``gemms_on_cublas``): the
+products are cuBLAS's (h = x @ W.T + b, one product over a packed weight), y the GLU of h
+as elementwise passes, and the recompute backward forms h the same way and streams dh over
+it. Triton's CUDA-core dots had SwiGLU's forward at 1.8x eager's time, its store-mode step
+at 1.24x (H100, 16384 x 512 -> 1792: 3.71 and 7.59 ms against 2.03 and 6.10; cuBLAS: 2.07
+and 5.98 ms; benchmarks/NOTES.md, "The GLUs and LoRA at fp32 'highest' on cuBLAS").
+fp32 at "high" keeps the kernels, on TF32 tensor cores, with tiles half as deep in K.
 """
 
 from __future__ import annotations
@@ -44,15 +52,15 @@ import torch
 from ..kernels.configs import (
     GLU_BWD_BLOCK_M,
     GLU_BWD_CONFIGS,
-    GLU_BWD_IEEE_CONFIGS,
     GLU_BWD_TMA_CONFIGS,
     GLU_COOPERATIVE_CONFIG,
     GLU_COOPERATIVE_MIN_K,
+    GLU_BWD_FP32_CONFIGS,
+    GLU_FP32_CONFIGS,
     GLU_DH_PINGPONG_CONFIG,
     GLU_DH_PINGPONG_MAX_K,
     GLU_DH_RECOMPUTE_PINGPONG_CONFIG,
     GLU_GEMM_CONFIGS,
-    GLU_IEEE_CONFIGS,
     GLU_PINGPONG_CONFIG,
     GLU_STREAM_CONFIGS,
     GLU_TMA_CONFIGS,
@@ -79,6 +87,7 @@ from ._common import (
     check_bool,
     check_linear_inputs,
     dot_meta,
+    gemms_on_cublas,
     grad_needed,
     launch_pingpong,
     num_sms,
@@ -96,11 +105,11 @@ __all__ = ["geglu", "geglu_reference", "glu_forward_impl", "glu_backward_dh_impl
 _TUNE_KEY = ["M_KEY", "OUT", "K", "HAS_BIAS", "ACT"]
 _BWD_KEY = _TUNE_KEY + ["KG", "G_GEMM", "STORE_Z"]
 _BWD_FIXED = {"BLOCK_M": GLU_BWD_BLOCK_M}
-_fwd_launcher = Launcher(glu_fwd_kernel, GLU_GEMM_CONFIGS, key=_TUNE_KEY + ["STORE_H"],
-                         ieee_configs=GLU_IEEE_CONFIGS)
+_fwd_launcher = Launcher(glu_fwd_kernel, GLU_GEMM_CONFIGS, key=_TUNE_KEY + ["STORE_H"])
+_fwd_fp32_launcher = Launcher(glu_fwd_kernel, GLU_FP32_CONFIGS, key=_TUNE_KEY + ["STORE_H"])  # TF32 products
 _fwd_tma_launcher = Launcher(glu_fwd_tma_kernel, GLU_TMA_CONFIGS, key=_TUNE_KEY + ["STORE_H"])
-_bwd_launcher = Launcher(glu_bwd_dh_kernel, GLU_BWD_CONFIGS, key=_BWD_KEY, fixed=_BWD_FIXED,
-                         ieee_configs=GLU_BWD_IEEE_CONFIGS)
+_bwd_launcher = Launcher(glu_bwd_dh_kernel, GLU_BWD_CONFIGS, key=_BWD_KEY, fixed=_BWD_FIXED)
+_bwd_fp32_launcher = Launcher(glu_bwd_dh_kernel, GLU_BWD_FP32_CONFIGS, key=_BWD_KEY, fixed=_BWD_FIXED)
 _bwd_tma_launcher = Launcher(glu_bwd_dh_tma_kernel, GLU_BWD_TMA_CONFIGS, key=_BWD_KEY, fixed=_BWD_FIXED)
 # one config per case (with bias or not; dh written over h or not), never tuned: the stream
 # may write over its inputs
@@ -148,7 +157,43 @@ def _bias_or(bias, placeholder):
     return bias if bias is not None else placeholder  # an unused pointer when HAS_BIAS is False
 
 
+def _joined(first, second):
+    """One view over ``first`` and ``second`` when second's rows follow first's in memory with
+    the same strides (the two halves of one packed tensor, as GEGLU's weight and bias), else None."""
+    if first.stride() != second.stride() or first.shape[1:] != second.shape[1:]:
+        return None
+    if second.data_ptr() != first.data_ptr() + first.shape[0] * first.stride(0) * first.element_size():
+        return None
+    return first.as_strided((first.shape[0] + second.shape[0], *first.shape[1:]), first.stride())
+
+
+def _cublas_h(x, w1, w2, b1, b2):
+    """h = [x @ w1.T + b1 | x @ w2.T + b2] ([M, 2*out]) on cuBLAS (``gemms_on_cublas``: fp32 at
+    "highest", fp64, where Triton's dots would run on CUDA cores at a fraction of cuBLAS's
+    speed): one product where the weights are the halves of one packed weight (GEGLU's; as two
+    half-width products the whole forward was 4-7% slower on an H100 in fp32), else each
+    product written into its half of h."""
+    packed = _joined(w1, w2)
+    if packed is not None:
+        bias = None if b1 is None else _joined(b1, b2)
+        if b1 is not None and bias is None:
+            bias = torch.cat([b1, b2])
+        return torch.nn.functional.linear(x, packed, bias)
+    out = w1.shape[0]
+    h = torch.empty((x.shape[0], 2 * out), dtype=x.dtype, device=x.device)
+    for half, w, b in ((h[:, :out], w1, b1), (h[:, out:], w2, b2)):
+        if b is None:
+            torch.mm(x, w.t(), out=half)
+        else:
+            torch.addmm(b, x, w.t(), out=half)
+    return h
+
+
 def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
+    if gemms_on_cublas(x):  # the products on cuBLAS, the GLU as elementwise passes over h
+        h = _cublas_h(x, w1, w2, b1, b2)
+        out = w1.shape[0]
+        return h[:, :out] * activation_reference(h[:, out:], act), (h if store_h else h.new_empty((0,)))
     m, k = x.shape
     out = w1.shape[0]
     y = torch.empty((m, out), dtype=x.dtype, device=x.device)
@@ -179,7 +224,7 @@ def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
         glu_forward_form.run(key, GLU_FORWARD_FORMS if pingpong_device(x) else ("tma",), rule, launch)
         return y, h
     grid = lambda meta: (cdiv(m, meta["BLOCK_M"]) * cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
-    _fwd_launcher.launch(
+    (_fwd_fp32_launcher if x.dtype == torch.float32 else _fwd_launcher).launch(
         grid,
         x, w1, w2, _bias_or(b1, y), _bias_or(b2, y), y, h if store_h else y,
         stride_xm=x.stride(0), stride_xk=x.stride(1), stride_w1n=w1.stride(0), stride_w1k=w1.stride(1),
@@ -192,6 +237,9 @@ def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
 
 def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g_scratch=None):
     m, k = x.shape
+    if h is None and gemms_on_cublas(x):  # recompute mode: h from cuBLAS, then the stream writes dh over it
+        h = _cublas_h(x, w1, w2, b1, b2)
+        dh = h if dh is None else dh
     out = w1.shape[0]
     acc_torch = acc_dtypes(x.dtype)[1]
     if dh is None:
@@ -258,7 +306,7 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
         )
     else:
         wd_strides = (wd.stride(0), wd.stride(1)) if g_gemm else (0, 0)
-        _bwd_launcher.launch(
+        (_bwd_fp32_launcher if x.dtype == torch.float32 else _bwd_launcher).launch(
             grid,
             g, wd if g_gemm else dh, x, w1, w2, _bias_or(b1, dh), _bias_or(b2, dh), dh,
             z if store_z else dh, db_partial if has_bias else dh,

@@ -66,6 +66,12 @@ activations whose derivative follows from it; otherwise nothing, pre recomputed 
 the saved xs), plus xs ``[M, r]``. Dropout is PyTorch's (``F.dropout`` on x, outside the
 kernel), so its mask and its gradient are PyTorch's own.
 
+fp32 at PyTorch's "highest" matmul precision and fp64 on a GPU (``gemms_on_cublas``, where
+Triton's dots would run on CUDA cores) take the reference's form: cuBLAS's base product with
+``xs @ B.T`` added by addmm, the activation as one elementwise pass, and the merged weight by
+addmm; the backward's dpre stream is elementwise and stays. fp32 at "high" keeps the kernels
+(TF32, tiles half as deep in K).
+
 Under torch.compile: ``fusedmlp::lora_linear(x, weight, bias, lora_a, lora_b, x_lora, xs,
 scale, act, store_pre) -> (y, pre, xs)`` with its autograd registered.
 """
@@ -83,6 +89,7 @@ from ..kernels.configs import (
     LINEAR_WIDE_COOPERATIVE_CONFIG,
     LORA_CONFIGS,
     LORA_DGRAD_PINGPONG_CONFIG,
+    LORA_FP32_CONFIGS,
     LORA_ONCHIP_CONFIG,
     LORA_ONCHIP_STAGES,
     LORA_TMA_CONFIGS,
@@ -109,6 +116,7 @@ from ._common import (
     dot_meta,
     dot_width,
     fork_join,
+    gemms_on_cublas,
     grad_needed,
     launch_pingpong,
     num_sms,
@@ -182,6 +190,7 @@ BESIDE_DGRAD_MIN_MACS = 2**36
 lora_forward_form = FastestForm(fields=("device", "dtype", "m_key", "n", "k", "r", "activation", "bias", "store_pre"))
 _FWD_KEY = ["M_KEY", "N", "K", "R_PAD", "ACT", "HAS_BIAS", "STORE_PRE", "LORA_IN_LOOP"]
 _fwd_launcher = Launcher(lora_fwd_kernel, LORA_CONFIGS, key=_FWD_KEY)
+_fwd_fp32_launcher = Launcher(lora_fwd_kernel, LORA_FP32_CONFIGS, key=_FWD_KEY)  # TF32 products
 _fwd_tma_launcher = Launcher(lora_fwd_tma_kernel, LORA_TMA_CONFIGS, key=_FWD_KEY)
 
 
@@ -265,7 +274,7 @@ def _launch_fwd(x, weight, bias, lora_a, lora_b, xs_given, scale, act, store_pre
         lora_forward_form.run(key, LORA_FORWARD_FORMS if pingpong else ("tma",), "tma", launch)
         return y, pre, xs
     grid = lambda meta: (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
-    _fwd_launcher.launch(
+    (_fwd_fp32_launcher if x.dtype == torch.float32 else _fwd_launcher).launch(
         grid, x, weight, b_ptr, lora_a, lora_b, xs, y, pre if store_pre else y,
         stride_xm=x.stride(0), stride_xk=x.stride(1), stride_wn=weight.stride(0), stride_wk=weight.stride(1),
         stride_lan=lora_a.stride(0), stride_lak=lora_a.stride(1), stride_ym=y.stride(0),
@@ -333,20 +342,25 @@ def lora_forward_impl(x, weight, bias, lora_a, lora_b, x_lora, xs, scale: float,
     (x_lora = x when None) when this call computed it; a given ``xs`` is used as is (the
     recompute path) and ``xs_out`` is then empty."""
     given = xs is not None
-    if not given and x_lora is None and use_triton(x):
+    kernel = use_triton(x) and not gemms_on_cublas(x)  # else the products on cuBLAS, as the reference
+    if not given and x_lora is None and kernel:
         onchip = _launch_onchip(x, weight, bias, lora_a, lora_b, scale, act, store_pre)
         if onchip is not None:
             return onchip
     r, macs = lora_a.shape[0], x.numel() * weight.shape[0]
     in_loop = (x_lora is None and r * x.element_size() <= 2 * IN_LOOP_MAX_RANK
                and macs <= (IN_LOOP_MAX_MACS if r <= IN_LOOP_WIDE_RANK else IN_LOOP_MAX_MACS // 4))
-    if not given and not (in_loop and use_triton(x)):
+    if not given and not (in_loop and kernel):
         xs = _scaled_rank_product(x if x_lora is None else x_lora, lora_a, scale)
-    if use_triton(x):
+    if kernel:
         y, pre, xs_out = _launch_fwd(x, weight, bias, lora_a, lora_b, xs, scale, act, store_pre)
     else:
         pre = torch.nn.functional.linear(x, weight, bias).addmm_(xs, lora_b.t())
-        y, pre, xs_out = activation_reference(pre, act), (pre if store_pre else pre.new_empty((0,))), xs
+        y, xs_out = activation_reference(pre, act), xs
+        if not store_pre:
+            pre = pre.new_empty((0,))
+        elif y is pre:  # the identity: a kept pre is a tensor of its own, as the kernels' is
+            pre = pre.clone()
     return y, pre, (x.new_empty((0,)) if given else xs_out)
 
 
@@ -401,8 +415,9 @@ def _dgrad_with_tail(dpre, weight, d_xa, lora_a, beside=()):
 
 def _merged_weight(weight, lora_b, lora_a, scale, traced):
     """``W + scale * B @ A`` [out, in] in W's dtype: one pass of ``lora_merge_kernel`` (addmm
-    under tracing, where no kernel may launch, and on the CPU reference path)."""
-    if traced or not use_triton(weight) or weight.numel() == 0:
+    under tracing, where no kernel may launch, on the CPU reference path, and where the
+    products run on cuBLAS: ``gemms_on_cublas``)."""
+    if traced or not use_triton(weight) or gemms_on_cublas(weight) or weight.numel() == 0:
         return torch.addmm(weight, lora_b, lora_a, alpha=scale)
     merged = torch.empty(weight.shape, dtype=weight.dtype, device=weight.device)
     n, k = weight.shape

@@ -43,6 +43,9 @@ eager PyTorch and torch.compile keep the two products) and the backward kernel r
 ``recompute=True`` keeps only x and recomputes both products inside the backward kernel
 (two more GEMMs' worth of work: about 11 instead of 9 hidden-sized products per step).
 
+fp32 at PyTorch's "highest" matmul precision and fp64 on a GPU run the gate and up products on
+cuBLAS instead of the GLU kernel (ops/glu.py, ``gemms_on_cublas``).
+
 Under torch.compile: ``fusedmlp::swiglu(x, w_gate, w_up, w_down, store_h) -> (y, h)`` with
 its autograd registered; the backward calls ``fusedmlp::glu_backward_dh``.
 """
