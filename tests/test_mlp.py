@@ -3,7 +3,7 @@
 import pytest
 import torch
 from helpers import (
-    TOLERANCE, check_inference_forward, eager_bound, fp32_matmul_precision, kink_free_rows, rel_err,
+    TOLERANCE, check_inference_forward, eager_bound, fp32_matmul_precision, kink_free_rows, recording_launches, rel_err,
 )
 from torch import nn
 
@@ -572,6 +572,30 @@ def test_patch_fuses_whole_sequentials(device):
     assert len(fusedmlp.patch(model)) == 0
     fusedmlp.unpatch(model)
     assert type(model.bottom) is nn.Sequential
+
+
+@pytest.mark.parametrize("recompute", [False, True], ids=["saves", "recompute"])
+@pytest.mark.parametrize("activation,last", [("relu", "sigmoid"), ("gelu", None), ("silu", "relu")])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_cublas_stack(device, monkeypatch, dtype, activation, last, recompute):
+    """fp32 at "highest" and fp64 on a GPU run the stack layer by layer with cuBLAS products under
+    one autograd Function (``_CublasStackFunction``); its routing is forced here on every device
+    (its pieces run on CPU tensors too): relu and sigmoid through aten's derivatives, the others
+    through linear_act's backward (their pre-activations kept or recomputed), the identity last,
+    with and without biases, partial gradients; no whole-stack kernel launched."""
+    monkeypatch.setattr(mlp_ops, "gemms_on_cublas", lambda t: True)
+    launched = recording_launches(monkeypatch, (mlp_ops._fwd_launcher, mlp_ops._dgrad_launcher))
+    sizes = [13, 40, 24, 8]
+    check_stack(sizes, device, dtype, activation, last, recompute=recompute)
+    check_stack(sizes, device, dtype, activation, last, bias=[True, False, True], recompute=recompute,
+                wants=[False, True, True, False, False, True, True])
+    x = torch.randn(5, 13, dtype=dtype, device=device, requires_grad=True)
+    weights = [torch.randn(o, i, dtype=dtype, device=device) for i, o in zip(sizes, sizes[1:])]
+    y = fusedmlp.mlp(x, weights, None, activation, last, recompute=recompute)
+    assert type(y.grad_fn).__name__ == "_CublasStackFunctionBackward"
+    with torch.no_grad():  # inference: the same products, no Function
+        assert torch.equal(fusedmlp.mlp(x, weights, None, activation, last), y.detach())
+    assert not launched
 
 
 @pytest.mark.gpu

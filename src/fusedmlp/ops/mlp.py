@@ -11,10 +11,11 @@ a layer whose weight tile is too large to load whole (``FULL_TILE_BYTES``: 256 x
 So 13-512-256-64-16 and 367-512-256-1 (DLRM) run as one kernel; two adjacent layers wider than
 ``FULL_MAX`` (1024-1024-...) do not, and such stacks run layer by layer through
 ``linear_act``, automatically (so do CPU tensors without the Triton interpreter, through its
-PyTorch reference, and CUDA tensors whose products would run on CUDA cores: fp32 at PyTorch's
-"highest" matmul precision and fp64, whose GEMMs then run on cuBLAS, ``gemms_on_cublas``: on an
-H100 the whole-stack kernel's fp32 CUDA-core dots ran DLRM's MLPs 2.4-5x slower than eager's
-SGEMM and took 20-60 s to compile a tile). On Hopper in 16 bits, from ``FIRST_LAYER_GEMM_MIN_ROWS`` rows, a wide
+PyTorch reference). CUDA tensors whose products would run on CUDA cores, fp32 at PyTorch's
+"highest" matmul precision and fp64 (``gemms_on_cublas``: on an H100 the whole-stack kernel's
+fp32 CUDA-core dots ran DLRM's MLPs 2.4-5x slower than eager's SGEMM and took 20-60 s to
+compile a tile), run layer by layer with cuBLAS products under one autograd Function
+(``_CublasStackFunction``). On Hopper in 16 bits, from ``FIRST_LAYER_GEMM_MIN_ROWS`` rows, a wide
 first layer fed by a wide input (DLRM's 367 -> 512) runs as linear_act's forward and the
 rest of the stack as one kernel (the comment at that constant says when and why); in eager
 mode inside ``fusedmlp.graph_capture_mode`` (a step to be replayed from a CUDA graph), from
@@ -84,7 +85,7 @@ from ._common import (
     widened,
 )
 from .activations import DERIVATIVE_FROM_OUTPUT, activation_reference, check_activation
-from .linear_act import linear_act, linear_act_forward_impl
+from .linear_act import _cublas_fwd, backward_formula, linear_act, linear_act_forward_impl
 
 __all__ = ["mlp", "mlp_reference", "mlp_plan", "FULL_MAX"]
 
@@ -642,6 +643,61 @@ class _MLPFunction(torch.autograd.Function):
         return (dx if needs_dx else None, None, None, *_split_grads(grads, weights, biases, ctx.needs_input_grad[3:]))
 
 
+# relu's and sigmoid's derivatives from the saved output, by the aten kernels eager's own
+# autograd runs (DLRM's activations); the others go through linear_act's backward_formula
+_OUTPUT_BACKWARD = {"relu": lambda g, y: torch.ops.aten.threshold_backward(g, y, 0),
+                    "sigmoid": torch.ops.aten.sigmoid_backward}
+
+
+class _CublasStackFunction(torch.autograd.Function):
+    """fp32 at "highest" and fp64 on a GPU (``gemms_on_cublas``): the stack layer by layer with
+    cuBLAS products (linear_act's ``_cublas_fwd``: relu and its bias in cuBLAS's epilogue) under
+    ONE autograd Function. Layer by layer through linear_act (a Function, its checks and its
+    Triton dpre stream each), plain fp32 fwd+bwd steps of DLRM's MLPs took 1.7-2.5x eager's
+    time at 2048-8192 rows, the host's time on an H100 machine; this way 1.15-1.35x
+    (benchmarks/NOTES.md, "fp32 MLP stacks under one autograd Function"). Each layer keeps what
+    linear_act would (its output for relu, sigmoid and the identity, its pre-activation
+    otherwise unless ``recompute``); the backward forms dpre with aten's relu / sigmoid kernels
+    (eager's: the same bits as eager's gradients) or ``backward_formula``, then cuBLAS's dx and
+    dW and a column sum for db."""
+
+    @staticmethod
+    def forward(ctx, x, acts, recompute, *params):
+        h, inputs, saved, modes = x, [], [], []
+        for w, b, act in zip(params[0::2], params[1::2], acts):
+            from_output = act in DERIVATIVE_FROM_OUTPUT or act == "identity"
+            mode = "output" if from_output else ("recompute" if recompute else "pre")
+            y, pre = _cublas_fwd(h, w, b, act, mode == "pre")
+            inputs.append(h)
+            saved.append(pre if mode == "pre" else (y if mode == "output" and act != "identity" else None))
+            modes.append(mode)
+            h = y
+        ctx.acts, ctx.modes = acts, modes
+        ctx.save_for_backward(*inputs, *saved, *params)
+        return h
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        layers, wanted = len(ctx.modes), ctx.needs_input_grad
+        tensors = ctx.saved_tensors
+        inputs, saved, params = tensors[:layers], tensors[layers:2 * layers], tensors[2 * layers:]
+        grads, g = [None] * (2 * layers), grad_y
+        for i in reversed(range(layers)):
+            w, b, act = params[2 * i], params[2 * i + 1], ctx.acts[i]
+            needs_x = any(wanted[:1] + wanted[3:3 + 2 * i])  # x, or a parameter of an earlier layer
+            needs = (needs_x, wanted[3 + 2 * i], b is not None and wanted[4 + 2 * i])
+            if act in _OUTPUT_BACKWARD or act == "identity":
+                dpre = g if act == "identity" else _OUTPUT_BACKWARD[act](g, saved[i])
+                dx = dpre @ w if needs[0] else None
+                grads[2 * i] = dpre.t() @ inputs[i] if needs[1] else None
+                grads[2 * i + 1] = dpre.sum(0) if needs[2] else None
+            else:
+                dx, grads[2 * i], grads[2 * i + 1] = backward_formula(g, inputs[i], w, b, saved[i], act,
+                                                                      ctx.modes[i], needs, False)
+            g = dx
+        return (g if wanted[0] else None, None, None, *grads)
+
+
 def _setup_context(ctx, inputs, output):
     x, weights, biases, acts, save = inputs
     y, *saved, x_wide, w0_wide = output
@@ -750,7 +806,15 @@ def mlp(
         # (dynamo traces the planner itself rather than call through its cache)
         planner = mlp_plan.__wrapped__ if torch.compiler.is_compiling() else mlp_plan
         plan = planner(widths, acts, tuple(b is not None for b in biases), FULL_MAX, x2d.element_size())
-    if plan is None:  # too wide for one kernel, GEMMs on cuBLAS, or CPU without the interpreter: layer by layer
+    if plan is None and gemms_on_cublas(x2d) and not torch.compiler.is_compiling():  # one Function, cuBLAS
+        params = [t for pair in zip(weights, biases) for t in pair]
+        if grad_needed(x2d, *params):
+            y = _CublasStackFunction.apply(x2d, acts, recompute, *params)
+        else:
+            y = x2d
+            for w, b, a in zip(weights, biases, acts):
+                y = _cublas_fwd(y, w, b, a, False)[0]
+    elif plan is None:  # too wide for one kernel, CPU without the interpreter, or traced: layer by layer
         y = x2d
         for w, b, a in zip(weights, biases, acts):
             y = linear_act(y, w, b, a)
