@@ -42,7 +42,7 @@ def setup(widths, acts, m):
     M._dgrad_launcher.launch(grid, g, tuple(ws), tuple(act_in), tuple(d), g,
                              M=m, M_KEY=M.autotune_m_key(m), WIDTHS=plan.widths, PADS=plan.pads, ROLES=plan.roles,
                              ACTS=plan.acts, FROM_OUTPUT=plan.from_output, NEEDS_DX=False,
-                             **dot_meta(dt), fp64=False)
+                             **dot_meta(dt), dtype=dt)
     return x, ws, bs, plan, saved, d, g
 
 

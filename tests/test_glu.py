@@ -627,9 +627,8 @@ def test_ieee_gemms_run_on_cublas(dtype, monkeypatch):
     too), no Triton GEMM kernel launched: activations, with and without a bias, against float64."""
     import fusedmlp.ops.glu as glu_ops
 
-    launched = recording_launches(monkeypatch, (glu_ops._fwd_launcher, glu_ops._fwd_fp32_launcher,
-                                                glu_ops._fwd_tma_launcher, glu_ops._bwd_launcher,
-                                                glu_ops._bwd_fp32_launcher, glu_ops._bwd_tma_launcher))
+    launched = recording_launches(monkeypatch, (glu_ops._fwd_launcher, glu_ops._fwd_tma_launcher,
+                                                glu_ops._bwd_launcher, glu_ops._bwd_tma_launcher))
     cast = lambda t: None if t is None else t.to(dtype)  # noqa: E731
     with fp32_matmul_precision("highest"):
         for activation in ("gelu_tanh", "silu", "identity"):
@@ -665,9 +664,9 @@ def test_every_tf32_config_on_gpu(index):
     against float64 within 5e-3 (10 mantissa bits a product), partial tiles."""
     import fusedmlp.ops.glu as glu_ops
 
-    fwd, bwd = glu_ops._fwd_fp32_launcher, glu_ops._bwd_fp32_launcher
-    with fp32_matmul_precision("high"), fwd.forcing(fwd.configs[min(index, len(fwd.configs) - 1)]), \
-            bwd.forcing(bwd.configs[min(index, len(bwd.configs) - 1)]):
+    fwd, bwd = glu_ops._fwd_launcher, glu_ops._bwd_launcher
+    with fp32_matmul_precision("high"), fwd.forcing(fwd.fp32_configs[min(index, len(fwd.fp32_configs) - 1)]), \
+            bwd.forcing(bwd.fp32_configs[min(index, len(bwd.fp32_configs) - 1)]):
         for recompute in (True, False):
             x64, w64, b64, g64 = make_inputs((1000,), 200, 600, torch.float32, "cuda")
             leaves = [t.float().requires_grad_() for t in (x64, w64, b64)]

@@ -160,7 +160,7 @@ def test_ieee_gemms_run_on_cublas(dtype, monkeypatch):
     against float64."""
     import fusedmlp.ops.linear_act as ops
 
-    launches = recording_launches(monkeypatch, (ops._fwd_launcher, ops._fwd_fp32_launcher))
+    launches = recording_launches(monkeypatch, (ops._fwd_launcher,))
     with fp32_matmul_precision("highest"):
         for activation in ACTIVATIONS:
             for bias in (True, False):
@@ -178,8 +178,8 @@ def test_every_tf32_config_on_gpu(index):
     against float64 within 5e-3 (10 mantissa bits a product), partial row, column and K tiles."""
     import fusedmlp.ops.linear_act as ops
 
-    launcher = ops._fwd_fp32_launcher
-    with fp32_matmul_precision("high"), launcher.forcing(launcher.configs[index]):
+    launcher = ops._fwd_launcher
+    with fp32_matmul_precision("high"), launcher.forcing(launcher.fp32_configs[index]):
         for save_preact in (False, True):
             (x, w, b), _ = make_inputs((1000,), 200, 600, "cuda")
             x, w, b = (t.detach().float() for t in (x, w, b))

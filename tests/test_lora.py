@@ -676,7 +676,7 @@ def test_ieee_gemms_run_on_cublas(dtype, monkeypatch):
     float64."""
     import fusedmlp.ops.lora as ops
 
-    launched = recording_launches(monkeypatch, (ops._fwd_launcher, ops._fwd_fp32_launcher, ops._fwd_tma_launcher))
+    launched = recording_launches(monkeypatch, (ops._fwd_launcher, ops._fwd_tma_launcher))
     real_launch = ops.launch
     monkeypatch.setattr(ops, "launch", lambda kernel, *a, **k: launched.append(kernel) or real_launch(kernel, *a, **k))
     with fp32_matmul_precision("highest"):
@@ -699,13 +699,13 @@ def test_every_tf32_config_on_gpu(monkeypatch, index):
     main loop and from cuBLAS, against float64 within 5e-3 (10 mantissa bits a product)."""
     import fusedmlp.ops.lora as ops
 
-    launcher = ops._fwd_fp32_launcher
+    launcher = ops._fwd_launcher
     for in_loop_macs in (10**12, 0):
         monkeypatch.setattr(ops, "IN_LOOP_MAX_MACS", in_loop_macs)
         for r, save_preact in ((8, False), (24, True)):
             tensors, g = make_inputs((1000,), 200, 600, r, "cuda")
             leaves = [t.detach().float().requires_grad_(t.requires_grad) for t in tensors]
-            with fp32_matmul_precision("high"), launcher.forcing(launcher.configs[index]):
+            with fp32_matmul_precision("high"), launcher.forcing(launcher.fp32_configs[index]):
                 y = fusedmlp.lora_linear(*leaves, 0.5, "gelu_tanh", save_preact=save_preact)
                 y.backward(g.float())
             ref = lora_linear_reference(*tensors, 0.5, "gelu_tanh")

@@ -144,9 +144,8 @@ def test_ieee_gemms_run_on_cublas(dtype, monkeypatch):
     in recompute mode), no Triton GEMM kernel launched; both modes against float64."""
     import fusedmlp.ops.glu as glu_ops
 
-    launched = recording_launches(monkeypatch, (glu_ops._fwd_launcher, glu_ops._fwd_fp32_launcher,
-                                                glu_ops._fwd_tma_launcher, glu_ops._bwd_launcher,
-                                                glu_ops._bwd_fp32_launcher, glu_ops._bwd_tma_launcher))
+    launched = recording_launches(monkeypatch, (glu_ops._fwd_launcher, glu_ops._fwd_tma_launcher,
+                                                glu_ops._bwd_launcher, glu_ops._bwd_tma_launcher))
     with fp32_matmul_precision("highest"):
         for recompute in (False, True):
             tensors, g = make_inputs((300,), 200, 96, "cuda")

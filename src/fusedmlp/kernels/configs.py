@@ -416,7 +416,9 @@ class Launcher:
     """Launch ``kernel`` with autotuned configs on a GPU and a fixed config elsewhere.
 
     ``fixed`` holds meta-parameters every config shares (e.g. a BLOCK_M the host relies on).
-    ``launch(grid, *args, fp64=..., **kwargs)``: ``grid`` is a function of the meta-parameters.
+    ``launch(grid, *args, dtype=..., **kwargs)``: ``grid`` is a function of the meta-parameters;
+    ``dtype`` (the data's) picks the table: ``fp32_configs`` for fp32 where given (GEMM tiles
+    half as deep in K: ``_k_halved``), ``FP64_CONFIG`` for fp64, ``configs`` otherwise.
     A table of one config is never tuned (the kernels that write over their inputs rely on it).
     Configs may carry a pre-hook (descriptor block shapes); on the fixed-config paths it is
     called here with the keyword arguments and the config, so descriptors must be keywords:
@@ -429,9 +431,10 @@ class Launcher:
     microseconds). Either refuses to time during a CUDA graph capture, with a clear error.
     """
 
-    def __init__(self, kernel, configs, key, fixed=None, timing="events"):
+    def __init__(self, kernel, configs, key, fixed=None, fp32_configs=None, timing="events"):
         self.kernel = kernel
         self.configs = list(configs)
+        self.fp32_configs = list(fp32_configs or ())
         self._forced = None
         self.params = set(kernel.arg_names)
         self.fixed = dict(fixed or {})
@@ -443,6 +446,8 @@ class Launcher:
         self.default = _meta_of(first)
         self.pre_hook = first.pre_hook
         self.tuned = self._tuner(configs, key)
+        self.fp32_default = _meta_of(self.fp32_configs[0]) if self.fp32_configs else self.default
+        self.tuned_fp32 = self._tuner(self.fp32_configs, key) if self.fp32_configs else self.tuned
         self.fast = FastLaunch(kernel, self.pre_hook, self.pre_hook is _set_descriptor_blocks)
 
     def _tuner(self, configs, key):
@@ -466,8 +471,8 @@ class Launcher:
 
     @contextlib.contextmanager
     def forcing(self, config):
-        """Inside the block, GPU launches but fp64 ones run ``config`` (one of ``self.configs``),
-        untuned and uncached: the GPU tests check every config this
+        """Inside the block, GPU launches but fp64 ones run ``config`` (one of ``self.configs``
+        or ``self.fp32_configs``), untuned and uncached: the GPU tests check every config this
         way, not only the one the tuner picks."""
         self._forced = _meta_of(config)
         try:
@@ -475,15 +480,18 @@ class Launcher:
         finally:
             self._forced = None
 
-    def launch(self, grid, *args, fp64=False, **kwargs):
+    def launch(self, grid, *args, dtype=None, **kwargs):
         if INTERPRET:
             return self._run_fixed(grid, args, kwargs, INTERPRET_CONFIG)[0]
+        fp64 = dtype == torch.float64
         if self._forced is not None and not fp64:
             return self._run_fixed(grid, args, kwargs, self._forced)[0]
+        tuned, default = ((self.tuned_fp32, self.fp32_default) if dtype == torch.float32
+                          else (self.tuned, self.default))
         if fp64:
             run = lambda: self._run_fixed(grid, args, kwargs, FP64_CONFIG)  # noqa: E731
-        elif self.tuned is None:
-            run = lambda: self._run_fixed(grid, args, kwargs, self.default)  # noqa: E731
+        elif tuned is None:
+            run = lambda: self._run_fixed(grid, args, kwargs, default)  # noqa: E731
         else:
-            run = lambda: self._run_tuned(self.tuned, grid, args, kwargs)  # noqa: E731
+            run = lambda: self._run_tuned(tuned, grid, args, kwargs)  # noqa: E731
         return self.fast.call(run, grid, args, kwargs, by_value=self.key)[0]

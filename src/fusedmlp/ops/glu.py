@@ -105,11 +105,11 @@ __all__ = ["geglu", "geglu_reference", "glu_forward_impl", "glu_backward_dh_impl
 _TUNE_KEY = ["M_KEY", "OUT", "K", "HAS_BIAS", "ACT"]
 _BWD_KEY = _TUNE_KEY + ["KG", "G_GEMM", "STORE_Z"]
 _BWD_FIXED = {"BLOCK_M": GLU_BWD_BLOCK_M}
-_fwd_launcher = Launcher(glu_fwd_kernel, GLU_GEMM_CONFIGS, key=_TUNE_KEY + ["STORE_H"])
-_fwd_fp32_launcher = Launcher(glu_fwd_kernel, GLU_FP32_CONFIGS, key=_TUNE_KEY + ["STORE_H"])  # TF32 products
+_fwd_launcher = Launcher(glu_fwd_kernel, GLU_GEMM_CONFIGS, key=_TUNE_KEY + ["STORE_H"],
+                         fp32_configs=GLU_FP32_CONFIGS)
 _fwd_tma_launcher = Launcher(glu_fwd_tma_kernel, GLU_TMA_CONFIGS, key=_TUNE_KEY + ["STORE_H"])
-_bwd_launcher = Launcher(glu_bwd_dh_kernel, GLU_BWD_CONFIGS, key=_BWD_KEY, fixed=_BWD_FIXED)
-_bwd_fp32_launcher = Launcher(glu_bwd_dh_kernel, GLU_BWD_FP32_CONFIGS, key=_BWD_KEY, fixed=_BWD_FIXED)
+_bwd_launcher = Launcher(glu_bwd_dh_kernel, GLU_BWD_CONFIGS, key=_BWD_KEY, fixed=_BWD_FIXED,
+                         fp32_configs=GLU_BWD_FP32_CONFIGS)
 _bwd_tma_launcher = Launcher(glu_bwd_dh_tma_kernel, GLU_BWD_TMA_CONFIGS, key=_BWD_KEY, fixed=_BWD_FIXED)
 # one config per case (with bias or not; dh written over h or not), never tuned: the stream
 # may write over its inputs
@@ -224,13 +224,13 @@ def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
         glu_forward_form.run(key, GLU_FORWARD_FORMS if pingpong_device(x) else ("tma",), rule, launch)
         return y, h
     grid = lambda meta: (cdiv(m, meta["BLOCK_M"]) * cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
-    (_fwd_fp32_launcher if x.dtype == torch.float32 else _fwd_launcher).launch(
+    _fwd_launcher.launch(
         grid,
         x, w1, w2, _bias_or(b1, y), _bias_or(b2, y), y, h if store_h else y,
         stride_xm=x.stride(0), stride_xk=x.stride(1), stride_w1n=w1.stride(0), stride_w1k=w1.stride(1),
         stride_w2n=w2.stride(0), stride_w2k=w2.stride(1), stride_ym=y.stride(0),
         stride_hm=h.stride(0) if store_h else 0,
-        **common, **dot_meta(x.dtype), fp64=x.dtype == torch.float64,
+        **common, **dot_meta(x.dtype), dtype=x.dtype,
     )
     return y, h
 
@@ -273,7 +273,7 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
             M=m, OUT=out, stride_gm=g.stride(0), stride_gn=g.stride(1), stride_hm=h.stride(0),
             stride_dhm=dh.stride(0), stride_zm=z.stride(0) if store_z else 0,
             ACT=act, HAS_BIAS=has_bias, STORE_Z=store_z, ACC_DTYPE=acc_dtypes(x.dtype)[0],
-            fp64=x.dtype == torch.float64,
+            dtype=x.dtype,
         )
         return dh, _db_of(db_partial, has_bias), z
     g_gemm = wd is not None
@@ -306,7 +306,7 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
         )
     else:
         wd_strides = (wd.stride(0), wd.stride(1)) if g_gemm else (0, 0)
-        (_bwd_fp32_launcher if x.dtype == torch.float32 else _bwd_launcher).launch(
+        _bwd_launcher.launch(
             grid,
             g, wd if g_gemm else dh, x, w1, w2, _bias_or(b1, dh), _bias_or(b2, dh), dh,
             z if store_z else dh, db_partial if has_bias else dh,
@@ -314,7 +314,7 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
             stride_xm=x.stride(0), stride_xk=x.stride(1), stride_w1n=w1.stride(0), stride_w1k=w1.stride(1),
             stride_w2n=w2.stride(0), stride_w2k=w2.stride(1),
             stride_dhm=dh.stride(0), stride_zm=z.stride(0) if store_z else 0,
-            **common, **dot_meta(x.dtype), fp64=x.dtype == torch.float64,
+            **common, **dot_meta(x.dtype), dtype=x.dtype,
         )
     return dh, _db_of(db_partial, has_bias), z
 

@@ -101,8 +101,7 @@ __all__ = ["linear_act", "linear_act_reference", "linear_act_forward_impl"]
 _FWD_KEY = ["M_KEY", "N", "K", "ACT", "HAS_BIAS", "STORE_PRE"]
 _DGRAD_KEY = ["M_KEY", "N", "K", "ACT", "FROM_OUTPUT", "HAS_BIAS", "STORE_DPRE"]
 _DGRAD_FIXED = {"BLOCK_M": LINEAR_DGRAD_BLOCK_M}
-_fwd_launcher = Launcher(linear_act_fwd_kernel, LINEAR_CONFIGS, key=_FWD_KEY)
-_fwd_fp32_launcher = Launcher(linear_act_fwd_kernel, LINEAR_FP32_CONFIGS, key=_FWD_KEY)  # TF32 products
+_fwd_launcher = Launcher(linear_act_fwd_kernel, LINEAR_CONFIGS, key=_FWD_KEY, fp32_configs=LINEAR_FP32_CONFIGS)
 _fwd_tma_launcher = Launcher(linear_act_fwd_tma_kernel, LINEAR_TMA_CONFIGS, key=_FWD_KEY)
 _dgrad_launcher = Launcher(linear_act_dgrad_kernel, LINEAR_DGRAD_CONFIGS, key=_DGRAD_KEY, fixed=_DGRAD_FIXED)
 _DPRE_KEY = ["M_KEY", "N", "ACT", "FROM_OUTPUT", "HAS_BIAS", "STORE_DPRE", "IN_PLACE"]
@@ -174,11 +173,11 @@ def _launch_fwd(x, weight, bias, act, store_pre):
                                 launch)
         return y, pre
     grid = lambda meta: (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
-    (_fwd_fp32_launcher if x.dtype == torch.float32 else _fwd_launcher).launch(
+    _fwd_launcher.launch(
         grid, x, weight, b_ptr, y, pre if store_pre else y,
         stride_xm=x.stride(0), stride_xk=x.stride(1), stride_wn=weight.stride(0), stride_wk=weight.stride(1),
         stride_ym=y.stride(0), stride_pm=pre.stride(0) if store_pre else 0,
-        **common, **dot_meta(x.dtype),
+        **common, **dot_meta(x.dtype), dtype=x.dtype,
     )
     return y, pre
 
@@ -219,7 +218,7 @@ def _launch_backward(g, a, weight, act, from_output, has_bias, store_dpre, compu
             grid, g, a, dpre_ptr, db_ptr,
             stride_gm=g.stride(0), stride_gn=g.stride(1), stride_am=a.stride(0), stride_an=a.stride(1),
             stride_dpm=dpre.stride(0) if store_dpre else 0,
-            **common, IN_PLACE=in_place, ACC_DTYPE=acc_dtypes(g.dtype)[0], fp64=g.dtype == torch.float64,
+            **common, IN_PLACE=in_place, ACC_DTYPE=acc_dtypes(g.dtype)[0], dtype=g.dtype,
         )
         dx = torch.mm(dpre, weight) if compute_dx else g.new_empty((0,))
     # Fixed-order reduction of the per-row-block partials: same bits on every run.
@@ -249,7 +248,7 @@ def _launch_fused_dgrad(g, a, weight, dpre_ptr, db_ptr, common):
         stride_gm=g.stride(0), stride_gn=g.stride(1), stride_am=a.stride(0), stride_an=a.stride(1),
         stride_wn=weight.stride(0), stride_wk=weight.stride(1), stride_dxm=dx.stride(0),
         stride_dpm=dpre_ptr.stride(0) if store_dpre else 0, K=k,
-        **common, **dot_meta(g.dtype), fp64=g.dtype == torch.float64,
+        **common, **dot_meta(g.dtype), dtype=g.dtype,
     )
     return dx
 

@@ -189,8 +189,7 @@ DGRAD_TAIL_ROWS_PER_OUTPUT = 8
 BESIDE_DGRAD_MIN_MACS = 2**36
 lora_forward_form = FastestForm(fields=("device", "dtype", "m_key", "n", "k", "r", "activation", "bias", "store_pre"))
 _FWD_KEY = ["M_KEY", "N", "K", "R_PAD", "ACT", "HAS_BIAS", "STORE_PRE", "LORA_IN_LOOP"]
-_fwd_launcher = Launcher(lora_fwd_kernel, LORA_CONFIGS, key=_FWD_KEY)
-_fwd_fp32_launcher = Launcher(lora_fwd_kernel, LORA_FP32_CONFIGS, key=_FWD_KEY)  # TF32 products
+_fwd_launcher = Launcher(lora_fwd_kernel, LORA_CONFIGS, key=_FWD_KEY, fp32_configs=LORA_FP32_CONFIGS)
 _fwd_tma_launcher = Launcher(lora_fwd_tma_kernel, LORA_TMA_CONFIGS, key=_FWD_KEY)
 
 
@@ -274,12 +273,12 @@ def _launch_fwd(x, weight, bias, lora_a, lora_b, xs_given, scale, act, store_pre
         lora_forward_form.run(key, LORA_FORWARD_FORMS if pingpong else ("tma",), "tma", launch)
         return y, pre, xs
     grid = lambda meta: (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
-    (_fwd_fp32_launcher if x.dtype == torch.float32 else _fwd_launcher).launch(
+    _fwd_launcher.launch(
         grid, x, weight, b_ptr, lora_a, lora_b, xs, y, pre if store_pre else y,
         stride_xm=x.stride(0), stride_xk=x.stride(1), stride_wn=weight.stride(0), stride_wk=weight.stride(1),
         stride_lan=lora_a.stride(0), stride_lak=lora_a.stride(1), stride_ym=y.stride(0),
         stride_pm=pre.stride(0) if store_pre else 0,
-        **lora_strides, **common, **dot_meta(x.dtype), fp64=x.dtype == torch.float64,
+        **lora_strides, **common, **dot_meta(x.dtype), dtype=x.dtype,
     )
     return y, pre, xs
 

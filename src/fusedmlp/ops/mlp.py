@@ -381,7 +381,7 @@ def _launch_stack(x, weights, biases, plan: MLPPlan, modes: tuple):
         WIDTHS=(weights[0].shape[1],) + plan.widths[1:], PADS=plan.pads, ROLES=plan.roles, ACTS=plan.acts,
         HAS_BIAS=plan.has_bias, SAVE=modes, LOADS_AHEAD=_loads_ahead(m, modes), BLOCK_IN=_block_in(plan),
         **dot_meta(x.dtype),
-        fp64=x.dtype == torch.float64,
+        dtype=x.dtype,
     )
     return y, saved, empty
 
@@ -449,7 +449,7 @@ def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool, pad
         grid, g, tuple(weights), tuple(act_in), tuple(d), dx if needs_dx else g,
         M=m, M_KEY=autotune_m_key(m), WIDTHS=plan.widths, PADS=plan.pads, ROLES=plan.roles, ACTS=plan.acts,
         FROM_OUTPUT=plan.from_output, NEEDS_DX=needs_dx and plan.dx_direct,
-        **dot_meta(g.dtype), fp64=g.dtype == torch.float64,
+        **dot_meta(g.dtype), dtype=g.dtype,
     )
     x, w0 = _first_layer_operands(x, weights[0], padded)
     if needs_dx and not plan.dx_direct:  # dx = d_0 @ W_0 on cuBLAS (kernels/mlp.py says why)
@@ -800,13 +800,13 @@ def mlp(
     check_bool(recompute, "recompute")
     acts = layer_activations(len(weights), act, last_act)
     x2d = x.reshape(-1, x.shape[-1])
-    plan = None
-    if use_triton(x2d) and not gemms_on_cublas(x2d):
+    plan, cublas = None, gemms_on_cublas(x2d)
+    if use_triton(x2d) and not cublas:
         widths = (x2d.shape[1],) + tuple(w.shape[0] for w in weights)
         # (dynamo traces the planner itself rather than call through its cache)
         planner = mlp_plan.__wrapped__ if torch.compiler.is_compiling() else mlp_plan
         plan = planner(widths, acts, tuple(b is not None for b in biases), FULL_MAX, x2d.element_size())
-    if plan is None and gemms_on_cublas(x2d) and not torch.compiler.is_compiling():  # one Function, cuBLAS
+    if cublas and not torch.compiler.is_compiling():  # one Function, the products on cuBLAS
         params = [t for pair in zip(weights, biases) for t in pair]
         if grad_needed(x2d, *params):
             y = _CublasStackFunction.apply(x2d, acts, recompute, *params)
