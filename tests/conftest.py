@@ -13,6 +13,9 @@ if not torch.cuda.is_available():
 # One config per kernel specialisation instead of autotuning: the suite compiles many
 # (dtype x bias x mode) variants; tuning each would take minutes on a GPU.
 os.environ.setdefault("FUSEDMLP_AUTOTUNE", "0")
+# Nothing read from or filed in the user's tuning cache (kernels/tuning_cache.py); the cache's
+# own tests point it at a temporary folder.
+os.environ.setdefault("FUSEDMLP_TUNING_CACHE", "0")
 
 import pytest  # noqa: E402
 

@@ -14,6 +14,7 @@ from fusedmlp.ops.linear_act import _fwd_launcher as linear_fwd_launcher
 from fusedmlp.ops.linear_act import _fwd_tma_launcher as linear_fwd_tma_launcher
 from fusedmlp.ops.mlp import _fwd_launcher as mlp_fwd_launcher
 from fusedmlp.ops.mlp import mlp_reference
+from helpers import fp32_matmul_precision
 
 
 def test_key_tells_apart_what_triton_specialises_on():
@@ -57,7 +58,13 @@ def _rel(a, b):
 def test_cached_launches_match_triton_path(dtype, monkeypatch):
     """mlp (pointer kernels, tuple arguments) and linear_act (TMA descriptors in bf16; the
     Gluon ping-pong kernel on compute capability 9.0): cached launches give bit-identical
-    results to Triton's path, on fresh inputs and new batch sizes."""
+    results to Triton's path, on fresh inputs and new batch sizes. fp32 at "high" (TF32
+    kernels; at "highest" the products are cuBLAS's, ``gemms_on_cublas``)."""
+    with fp32_matmul_precision("high"):
+        _cached_launches_match_triton_path(dtype, monkeypatch)
+
+
+def _cached_launches_match_triton_path(dtype, monkeypatch):
     sizes = (13, 512, 256, 64, 16)
     ws = [(torch.randn(o, i, device="cuda") / i**0.5).to(dtype) for i, o in zip(sizes, sizes[1:])]
     bs = [torch.randn(o, device="cuda").to(dtype) for o in sizes[1:]]

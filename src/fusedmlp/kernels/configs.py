@@ -2,7 +2,8 @@
 
 On a GPU each kernel is autotuned over a short list of configs, keyed on the problem sizes
 (the M key is rounded to a power of two so that a new batch size does not re-tune); the
-result is cached by Triton for the process. The Triton interpreter cannot autotune over
+result is cached by Triton for the process and filed on disk for later processes
+(kernels/tuning_cache.py). The Triton interpreter cannot autotune over
 several configs, and its cost is per program, not per element, so it runs one fixed config.
 
 BLOCK_M of kernels that write per-row-block partial results is fixed (not tuned): the host
@@ -10,6 +11,7 @@ sizes the partial buffer from it before launch.
 """
 
 import contextlib
+import hashlib
 import os
 
 import torch
@@ -17,6 +19,7 @@ import triton
 import triton.testing
 
 from .launch import INTERPRET, FastLaunch, as_descriptors
+from .tuning_cache import file_tuner, restore_tuner
 
 # FUSEDMLP_AUTOTUNE=0 launches the first config of each table instead of tuning (compiles one
 # config per specialisation: the GPU test suite uses it to stay fast).
@@ -412,6 +415,11 @@ def _meta_of(config) -> dict:
     return dict(config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
 
 
+def _table_hash(configs) -> str:
+    """A short digest of a config table (its configs' meta-parameters, in order)."""
+    return hashlib.sha256(repr([sorted(_meta_of(c).items()) for c in configs]).encode()).hexdigest()[:10]
+
+
 class Launcher:
     """Launch ``kernel`` with autotuned configs on a GPU and a fixed config elsewhere.
 
@@ -429,6 +437,8 @@ class Launcher:
     ``timing``: how the tuner times a config, "events" (``event_timing``, Triton's default:
     each launch alone after an L2 flush) or "graph" (``graph_timing``: for kernels of a few
     microseconds). Either refuses to time during a CUDA graph capture, with a clear error.
+    Each tuned choice is filed in the tuning cache (kernels/tuning_cache.py); a later process
+    launches it untimed.
     """
 
     def __init__(self, kernel, configs, key, fixed=None, fp32_configs=None, timing="events"):
@@ -449,6 +459,13 @@ class Launcher:
         self.fp32_default = _meta_of(self.fp32_configs[0]) if self.fp32_configs else self.default
         self.tuned_fp32 = self._tuner(self.fp32_configs, key) if self.fp32_configs else self.tuned
         self.fast = FastLaunch(kernel, self.pre_hook, self.pre_hook is _set_descriptor_blocks)
+        # the tuning cache's section of each table (kernels/tuning_cache.py): the kernel, the
+        # timing and the table itself, whose config indices the entries hold
+        name = getattr(kernel, "__name__", None) or kernel.fn.__name__
+        self._sections = {id(tuner): f"{name}:{timing}:{_table_hash(table)}"
+                          for tuner, table in ((self.tuned, self.configs), (self.tuned_fp32, self.fp32_configs))
+                          if tuner is not None}
+        self._restored = set()  # (tuner id, device) pairs whose cached choices are loaded
 
     def _tuner(self, configs, key):
         tune = AUTOTUNE and not INTERPRET and len(configs) > 1  # a single config runs as it is
@@ -466,7 +483,16 @@ class Launcher:
         return self.kernel[grid](*args, **kwargs, **meta), meta
 
     def _run_tuned(self, tuned, grid, args, kwargs):
+        # choices of earlier processes first (a key found there is not timed again), and this
+        # launch's choice, if it made one, filed for later ones
+        device, section = torch.cuda.current_device(), self._sections[id(tuned)]
+        if (id(tuned), device) not in self._restored:
+            restore_tuner(tuned, section, device)
+            self._restored.add((id(tuned), device))
+        known = set(tuned.cache)
         compiled = tuned[grid](*args, **as_descriptors(kwargs), **self.fixed)
+        if len(tuned.cache) > len(known):
+            file_tuner(tuned, section, device, known)
         return compiled, dict(tuned.best_config.all_kwargs(), **self.fixed)
 
     @contextlib.contextmanager

@@ -14,6 +14,7 @@ import triton.language as tl
 from ..kernels import configs as _configs
 from ..kernels.configs import INTERPRET
 from ..kernels.launch import launch
+from ..kernels.tuning_cache import TUNING_CACHE
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -355,10 +356,15 @@ class FastestForm:
     so does a call whose timer returns nothing (the default one, without memory to spare).
     The forms must write only their own outputs: the timing runs each several times on the
     caller's tensors. Forms may round differently, so two processes that chose differently
-    can differ in the last bits; FUSEDMLP_AUTOTUNE=0 or ``forcing`` fixes the form."""
+    can differ in the last bits; FUSEDMLP_AUTOTUNE=0 or ``forcing`` fixes the form.
+    With a ``name``, each choice (and the times that made it) is filed in the tuning cache
+    (kernels/tuning_cache.py: the section ``form:<name>`` of the file of the GPU model that
+    the key's "device" field names, else the current device's), and a later process takes it
+    from there untimed, during a CUDA graph capture too, where it offers that form."""
 
-    def __init__(self, timer=None, fields=()):
+    def __init__(self, timer=None, fields=(), name=None):
         self.fields = fields  # names of a key's parts (the bench JSON lists the choices by them)
+        self.name = name
         self.chosen = {}
         self.times = {}  # key -> {name: ms} of the timing that chose (tests and benches read it)
         self.timer = timer or _cuda_times
@@ -384,13 +390,29 @@ class FastestForm:
         chosen = self.chosen.get(key)
         if chosen is not None:
             return chosen
-        if not _configs.AUTOTUNE or (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+        if not _configs.AUTOTUNE:
+            return rule
+        filed = None
+        if self.name:
+            # the file is the GPU model's: the key is filed without the device's index, so the
+            # processes of one machine's GPUs share their choices
+            device = key[self.fields.index("device")] if "device" in self.fields else torch.cuda.current_device()
+            section = f"form:{self.name}"
+            model_key = tuple(None if field == "device" else part for field, part in zip(self.fields, key))
+            filed = TUNING_CACHE.get(section, model_key, device)
+        if isinstance(filed, dict) and filed.get("chosen") in names and isinstance(filed.get("ms"), dict):
+            self.times[key] = filed["ms"]
+            chosen = self.chosen[key] = filed["chosen"]
+            return chosen
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             return rule
         times = self.timer({name: functools.partial(launch, name) for name in names})
         if not times:  # nothing timed (no memory to spare): the rule, this call only
             return rule
         self.times[key] = times
         chosen = self.chosen[key] = min(times, key=times.get)
+        if self.name:
+            TUNING_CACHE.put(section, model_key, {"chosen": chosen, "ms": times}, device)
         return chosen
 
     def run(self, key, names, rule: str, launch):

@@ -131,7 +131,8 @@ _stream_launchers = {
 GLU_FORWARD_PINGPONG_FORMS = {"alternating": GLU_PINGPONG_CONFIG, "cooperative": GLU_COOPERATIVE_CONFIG,
                               "wide": GLU_WIDE_COOPERATIVE_CONFIG}
 GLU_FORWARD_FORMS = ("tma", *GLU_FORWARD_PINGPONG_FORMS)
-glu_forward_form = FastestForm(fields=("device", "dtype", "m_key", "out", "k", "activation", "bias", "store_h"))
+glu_forward_form = FastestForm(fields=("device", "dtype", "m_key", "out", "k", "activation", "bias", "store_h"),
+                               name="glu_forward")
 
 # --------------------------------------------------------------------------------------
 # Reference (float64 oracle in tests, and the CPU path without the Triton interpreter)

@@ -121,7 +121,8 @@ _dgrad_tma_launcher = Launcher(linear_act_dgrad_tma_kernel, LINEAR_DGRAD_TMA_CON
 LINEAR_FORWARD_PINGPONG_FORMS = {"alternating": LINEAR_PINGPONG_CONFIG, "cooperative": LINEAR_COOPERATIVE_CONFIG,
                                  "wide": LINEAR_WIDE_COOPERATIVE_CONFIG}
 LINEAR_FORWARD_FORMS = ("tma", *LINEAR_FORWARD_PINGPONG_FORMS)
-linear_forward_form = FastestForm(fields=("device", "dtype", "m_key", "n", "k", "activation", "bias", "store_pre"))
+linear_forward_form = FastestForm(fields=("device", "dtype", "m_key", "n", "k", "activation", "bias", "store_pre"),
+                                  name="linear_forward")
 
 
 def linear_act_reference(x, weight, bias=None, activation="gelu_tanh"):

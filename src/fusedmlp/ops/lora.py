@@ -187,7 +187,8 @@ DGRAD_TAIL_ROWS_PER_OUTPUT = 8
 # 32768 x 4096 r 16 3.687 -> 3.642, r 64 3.627 -> 3.598, 2048 x 4096 r 16 0.250 -> 0.251; eager
 # PEFT's 1.168 / 1.196 / 4.624 / 4.612 / 0.285. The same gradient bits either way.
 BESIDE_DGRAD_MIN_MACS = 2**36
-lora_forward_form = FastestForm(fields=("device", "dtype", "m_key", "n", "k", "r", "activation", "bias", "store_pre"))
+lora_forward_form = FastestForm(fields=("device", "dtype", "m_key", "n", "k", "r", "activation", "bias", "store_pre"),
+                                name="lora_forward")
 _FWD_KEY = ["M_KEY", "N", "K", "R_PAD", "ACT", "HAS_BIAS", "STORE_PRE", "LORA_IN_LOOP"]
 _fwd_launcher = Launcher(lora_fwd_kernel, LORA_CONFIGS, key=_FWD_KEY, fp32_configs=LORA_FP32_CONFIGS)
 _fwd_tma_launcher = Launcher(lora_fwd_tma_kernel, LORA_TMA_CONFIGS, key=_FWD_KEY)
