@@ -171,6 +171,21 @@ def test_processes_writing_one_file_keep_each_others_entries(cache, monkeypatch)
     assert set(entries["form:other"]) == {json.dumps([0, "z"])}
 
 
+def test_cli_lists_and_clears(cache, capsys, monkeypatch, tmp_path):
+    from fusedmlp.cli import main
+
+    choose(FastestForm(timer=Timer({"a": 2.0, "b": 0.5, "c": 1.0}), fields=FIELDS, name="test"),
+           (0, torch.bfloat16, 4096, 1792))
+    cache.put("kernel:events:abc", (4096, "relu"), 1, 0)
+    assert main(["tuning-cache"]) == 0
+    listing = capsys.readouterr().out
+    assert str(tmp_path) in listing and "1 file(s)" in listing and "2 choices in 2 tables" in listing
+    assert main(["tuning-cache", "--clear"]) == 0
+    assert "removed 1 file(s)" in capsys.readouterr().out and not list(tmp_path.glob("tuning_*.json"))
+    monkeypatch.setenv(tuning_cache.ENV, "0")
+    assert main(["tuning-cache"]) == 0 and "tuning cache off" in capsys.readouterr().out
+
+
 def test_keys_round_trip():
     key = (4096, "gelu_tanh", True, None, 0.5, (1, (2, "a")), torch.bfloat16)
     text = tuning_cache.encode_key(key)

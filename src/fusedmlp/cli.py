@@ -59,6 +59,25 @@ def cmd_info(args) -> int:
     return 0
 
 
+def cmd_tuning_cache(args) -> int:
+    from fusedmlp.kernels.tuning_cache import ENV, cache_dir, read_entries
+
+    folder = cache_dir()
+    if folder is None:
+        print(f"tuning cache off ({ENV}={os.environ.get(ENV)!r}): every process times its first calls")
+        return 0
+    files = sorted(folder.glob("tuning_*.json")) if folder.is_dir() else []
+    print(f"tuning cache {folder} (set {ENV} to move it, 0 to turn it off): {len(files)} file(s)")
+    for path in files:
+        entries = read_entries(path)
+        print(f"  {path.name}: {sum(len(keys) for keys in entries.values())} choices in {len(entries)} tables")
+    if args.clear:
+        for path in files:
+            path.unlink(missing_ok=True)
+        print(f"removed {len(files)} file(s): the next process times its first calls again")
+    return 0
+
+
 def cmd_bench(args) -> int:
     has_gpu = _prepare_backend()
     import torch
@@ -272,6 +291,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     info = sub.add_parser("info", help="versions, device and which backend the ops use")
     info.set_defaults(func=cmd_info)
+
+    tuning = sub.add_parser(
+        "tuning-cache",
+        help="where the tuning choices kept between processes are, how many; --clear deletes them",
+        description="Kernel configs and forward forms chosen by timing on a GPU are filed per GPU model and "
+        "software version (default ~/.cache/fusedmlp; FUSEDMLP_TUNING_CACHE=DIR moves it, =0 turns it off); "
+        "a later process launches them untimed. This lists the files and, with --clear, deletes them.")
+    tuning.add_argument("--clear", action="store_true", help="delete the tuning files (the next process times again)")
+    tuning.set_defaults(func=cmd_tuning_cache)
 
     bench = sub.add_parser(
         "bench",

@@ -107,6 +107,25 @@ def decode_key(text: str):
     return tupled(json.loads(text))
 
 
+def read_entries(path: Path) -> dict:
+    """``{section: {encoded key: value}}`` of a tuning file; empty where there is none, where it
+    has another layout, or where it cannot be read (with a warning)."""
+    try:
+        with open(path) as f:
+            payload = json.load(f)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    except (OSError, ValueError) as error:
+        warnings.warn(f"fusedmlp: ignoring the tuning cache {path} ({error}); shapes will be timed again",
+                      stacklevel=3)
+        return {}
+    if not isinstance(payload, dict) or payload.get("format") != _FORMAT or not isinstance(
+            payload.get("entries"), dict):
+        return {}
+    return {section: dict(entries) for section, entries in payload["entries"].items()
+            if isinstance(entries, dict)}
+
+
 class TuningCache:
     """The entries of the tuning files, per device: ``{section: {encoded key: value}}``.
     ``get`` / ``put`` / ``section`` read the device's file on first use; ``put`` writes."""
@@ -122,30 +141,13 @@ class TuningCache:
             return None
         return folder / _file_name(device_identity(device))
 
-    @staticmethod
-    def _read(path: Path) -> dict:
-        try:
-            with open(path) as f:
-                payload = json.load(f)
-        except (FileNotFoundError, NotADirectoryError):
-            return {}
-        except (OSError, ValueError) as error:
-            warnings.warn(f"fusedmlp: ignoring the tuning cache {path} ({error}); shapes will be timed again",
-                          stacklevel=3)
-            return {}
-        if not isinstance(payload, dict) or payload.get("format") != _FORMAT or not isinstance(
-                payload.get("entries"), dict):
-            return {}
-        return {section: dict(entries) for section, entries in payload["entries"].items()
-                if isinstance(entries, dict)}
-
     def _table(self, device: int) -> tuple[Optional[Path], dict]:
         path = self.path(device)
         if path is None:
             return None, {}
         table = self._tables.get(path)
         if table is None:
-            table = self._tables[path] = self._read(path)
+            table = self._tables[path] = read_entries(path)
         return path, table
 
     def section(self, name: str, device: int) -> dict:
@@ -177,7 +179,7 @@ class TuningCache:
 
     def _write(self, path: Path, table: dict, device: int) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        merged = self._read(path)  # entries other processes filed since this one read the file
+        merged = read_entries(path)  # entries other processes filed since this one read the file
         for name, entries in table.items():
             merged.setdefault(name, {}).update(entries)
         table.update(merged)
