@@ -56,6 +56,7 @@ def test_json_csv_and_plot(tmp_path):
     harness.write_csv(json_path.with_suffix(".csv"), env, rows)
     loaded = json.loads(json_path.read_text())
     assert loaded["environment"]["torch"] == torch.__version__
+    assert loaded["environment"]["tuning_cache"] == "off"  # tests/conftest.py turns it off
     assert len(loaded["results"]) == len(rows)
     with open(json_path.with_suffix(".csv")) as f:
         records = list(csv.DictReader(f))

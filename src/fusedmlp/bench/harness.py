@@ -196,14 +196,20 @@ def environment() -> dict:
         env["device"] = torch.cuda.get_device_name()
     else:
         env["device"] = f"CPU ({platform.processor() or platform.machine()}), Triton interpreter"
+    from ..kernels.tuning_cache import cache_dir
+
+    # where the kernels' configs and the forwards' forms may come from untimed (earlier processes)
+    folder = cache_dir()
+    env["tuning_cache"] = str(folder) if folder is not None else "off"
     return env
 
 
 def forward_forms() -> dict:
     """Per op, the forward's form chosen per shape key in this process (the GLU forward,
     ops/glu.py, linear_act's, ops/linear_act.py, and LoRA's beyond its ping-pong width,
-    ops/lora.py), with the median ms per launch of each form that the choosing call measured;
-    ops that chose nothing are left out."""
+    ops/lora.py), with the median ms per launch of each form that the choosing call measured
+    (in this process, or in an earlier one whose choice the tuning cache held); ops that chose
+    nothing are left out."""
     from ..ops.glu import glu_forward_form
     from ..ops.linear_act import linear_forward_form
     from ..ops.lora import lora_forward_form
