@@ -11,9 +11,9 @@ later process takes it from there instead of timing again:
     $FUSEDMLP_TUNING_CACHE (default ``$XDG_CACHE_HOME/fusedmlp``, else ``~/.cache/fusedmlp``)
         tuning_<GPU name>_sm<capability>_triton<version>_torch<version>_<code hash>.json
 
-The code hash covers the sources of ``fusedmlp/kernels`` and ``fusedmlp/ops`` (the kernels,
-their config tables and the rules that offer the forms), so any change there starts a new
-file. ``FUSEDMLP_TUNING_CACHE=0`` turns the cache off; so does ``FUSEDMLP_AUTOTUNE=0``, which
+The code hash covers the library's version and the sources of ``fusedmlp/kernels`` and
+``fusedmlp/ops`` (the kernels, their config tables and the rules that offer the forms), so
+any change there starts a new file. ``FUSEDMLP_TUNING_CACHE=0`` turns the cache off; so does ``FUSEDMLP_AUTOTUNE=0``, which
 times nothing. Deleting the file makes the next process time everything again (a choice made
 while another job loaded the GPU stays until then). Several processes may share the file:
 each write merges its entries into what is on disk and replaces the file in one rename, so
@@ -57,8 +57,11 @@ def cache_dir() -> Optional[Path]:
 
 @functools.lru_cache(maxsize=None)
 def code_hash() -> str:
-    """sha256 (first 12 hex digits) of the kernels' and the ops' sources, in path order."""
-    digest = hashlib.sha256()
+    """sha256 (first 12 hex digits) of the library's version and the kernels' and the ops'
+    sources, in path order."""
+    from .. import __version__
+
+    digest = hashlib.sha256(__version__.encode())
     for folder in ("kernels", "ops"):
         for path in sorted((_PACKAGE / folder).glob("*.py")):
             digest.update(path.name.encode())
