@@ -225,10 +225,25 @@ def test_tuner_choices_are_filed_and_restored(cache, monkeypatch):
     assert shorter.cache == {}
 
 
-def test_each_table_has_its_own_section():
+def test_each_table_has_its_own_section(monkeypatch):
+    """Config indices are filed per table: two launchers of one kernel with different tables,
+    and a launcher's fp32 table, each get a section of their own."""
     tiles = kernel_configs.LINEAR_DPRE_CONFIGS
     assert kernel_configs._table_hash(tiles) == kernel_configs._table_hash(list(tiles))
     assert kernel_configs._table_hash(tiles) != kernel_configs._table_hash(tiles[1:])
+    from fusedmlp.kernels.linear_act import linear_act_dpre_kernel, linear_act_fwd_kernel
+
+    monkeypatch.setattr(kernel_configs, "INTERPRET", False)  # the tuners a GPU process builds
+    monkeypatch.setattr(kernel_configs, "AUTOTUNE", True)
+    whole = kernel_configs.Launcher(linear_act_dpre_kernel, tiles, key=["N"])
+    part = kernel_configs.Launcher(linear_act_dpre_kernel, tiles[1:], key=["N"])
+    (whole_section,), (part_section,) = whole._sections.values(), part._sections.values()
+    assert whole_section.endswith(kernel_configs._table_hash(tiles)) and whole_section != part_section
+    both = kernel_configs.Launcher(linear_act_fwd_kernel, kernel_configs.LINEAR_CONFIGS, key=["N"],
+                                   fp32_configs=kernel_configs.LINEAR_FP32_CONFIGS)
+    assert sorted(both._sections.values()) == sorted(
+        f"linear_act_fwd_kernel:events:{kernel_configs._table_hash(t)}"
+        for t in (kernel_configs.LINEAR_CONFIGS, kernel_configs.LINEAR_FP32_CONFIGS))
 
 
 _FIRST_CALLS = r"""

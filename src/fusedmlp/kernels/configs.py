@@ -462,8 +462,8 @@ class Launcher:
         # the tuning cache's section of each table (kernels/tuning_cache.py): the kernel, the
         # timing and the table itself, whose config indices the entries hold
         name = getattr(kernel, "__name__", None) or kernel.fn.__name__
-        self._sections = {id(tuner): f"{name}:{timing}:{_table_hash(table)}"
-                          for tuner, table in ((self.tuned, self.configs), (self.tuned_fp32, self.fp32_configs))
+        tables = [(self.tuned, self.configs)] + ([(self.tuned_fp32, self.fp32_configs)] if self.fp32_configs else [])
+        self._sections = {id(tuner): f"{name}:{timing}:{_table_hash(table)}" for tuner, table in tables
                           if tuner is not None}
         self._restored = set()  # (tuner id, device) pairs whose cached choices are loaded
 
