@@ -127,6 +127,82 @@ def grad_needed(*tensors) -> bool:
     return any(t is not None and t.requires_grad for t in tensors)
 
 
+_AUTOCAST_CAST = (torch.float16, torch.bfloat16, torch.float32)  # autocast leaves fp64 alone
+
+
+def autocast_dtype(x) -> torch.dtype | None:
+    """The dtype ``torch.autocast`` runs its matmul ops in on ``x``'s device type (CUDA or
+    CPU); None where autocast is off there."""
+    if not isinstance(x, torch.Tensor):
+        return None
+    device_type = "cuda" if x.is_cuda else "cpu" if x.is_cpu else None  # not x.device: it costs more
+    if device_type is not None and torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return None
+
+
+# Casts of tensors up to this size share one multi-tensor copy; larger ones get a kernel each:
+# the multi-tensor kernel gives each 65536-element chunk one program, too few for a big weight.
+GROUPED_CAST_MAX_NUMEL = 1 << 16
+
+
+def _copies(tensors, dtypes) -> list:
+    """Copies of ``tensors`` in ``dtypes``, made by one multi-tensor copy (a launch for all of
+    them, not one each: an MLP's biases and small weights)."""
+    out = [torch.empty_like(t, dtype=dtype) for t, dtype in zip(tensors, dtypes)]
+    torch._foreach_copy_(out, list(tensors))
+    return out
+
+
+class _CastAll(torch.autograd.Function):
+    """``tensors`` cast to ``dtype`` together, their gradients cast back together."""
+
+    @staticmethod
+    def forward(ctx, dtype, *tensors):
+        ctx.dtypes = [t.dtype for t in tensors]
+        return tuple(_copies(tensors, [dtype] * len(tensors)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        wanted = [i for i, needed in enumerate(ctx.needs_input_grad[1:]) if needed and grads[i] is not None]
+        cast = _copies([grads[i] for i in wanted], [ctx.dtypes[i] for i in wanted])
+        result = [None] * len(grads)
+        for i, grad in zip(wanted, cast):
+            result[i] = grad
+        return (None, *result)
+
+
+def call_autocast(op, dtype: torch.dtype, x: torch.Tensor, *args, **kwargs):
+    """``op(x, *args, **kwargs)`` as ``torch.autocast`` runs ``F.linear`` and ``bmm``: every
+    fp16 / bf16 / fp32 tensor argument on x's device type (also inside a list or tuple) cast to
+    ``dtype``, fp64 ones and everything else as given, and the op run with autocast off, so
+    that the torch products inside it keep the dtypes it chose. Gradients flow back through
+    the casts in the callers' dtypes (fp32 master weights get fp32 gradients), as eager
+    layers' do. The casts of small tensors run as one multi-tensor copy. Unlike autocast's own cast
+    of a layer's weight, which it keeps for the rest of the autocast region (and which a CUDA
+    graph capture must turn off), a weight here is cast on every call: one pass over it, like
+    the first use of a layer in a region."""
+    device_type = "cuda" if x.is_cuda else "cpu"
+    arguments = [x, *args, *kwargs.values()]
+    flat = [t for a in arguments for t in (a if isinstance(a, (list, tuple)) else (a,))]
+    to_cast = {id(t): t for t in flat if isinstance(t, torch.Tensor) and t.dtype in _AUTOCAST_CAST
+               and t.dtype != dtype and (t.is_cuda if device_type == "cuda" else t.is_cpu)}
+    small = {key: t for key, t in to_cast.items() if t.numel() <= GROUPED_CAST_MAX_NUMEL}
+    cast = {key: t.to(dtype) for key, t in to_cast.items() if len(small) < 2 or key not in small}
+    if len(small) > 1 and grad_needed(*small.values()):
+        cast.update(zip(small, _CastAll.apply(dtype, *small.values())))
+    elif len(small) > 1:
+        cast.update(zip(small, _copies(list(small.values()), [dtype] * len(small))))
+
+    def swap(value):
+        if isinstance(value, (list, tuple)):
+            return type(value)(swap(v) for v in value)
+        return cast.get(id(value), value) if isinstance(value, torch.Tensor) else value
+
+    with torch.autocast(device_type, enabled=False):
+        return op(swap(x), *(swap(a) for a in args), **{k: swap(v) for k, v in kwargs.items()})
+
+
 def cdiv(a: int, b: int) -> int:
     """Ceiling division of host integers (grids, row blocks). Not ``triton.cdiv``: recent
     Tritons make that a constexpr function, whose call costs about 2 us of host time (it

@@ -81,8 +81,10 @@ from . import _common
 from ._common import (
     FastestForm,
     acc_dtypes,
+    autocast_dtype,
     autotune_m_key,
     backward_row_chunks,
+    call_autocast,
     cdiv,
     check_bool,
     check_linear_inputs,
@@ -591,6 +593,8 @@ def geglu(
     Returns:
         ``[..., out]`` tensor of x's dtype.
     """
+    if (dtype := autocast_dtype(x)) is not None:  # under torch.autocast: cast as F.linear's inputs are
+        return call_autocast(geglu, dtype, x, weight, bias, recompute=recompute, activation=activation)
     _validate(x, weight, bias)
     act = check_activation(activation)
     check_bool(recompute, "recompute")

@@ -18,6 +18,8 @@ from ..kernels.interaction import dot_interaction_bwd_kernel, dot_interaction_fw
 from ..kernels.launch import launch
 from ._common import (
     aligned_rows_empty,
+    autocast_dtype,
+    call_autocast,
     cdiv,
     check_same_dtype_device,
     check_tensor,
@@ -146,6 +148,8 @@ def dot_interaction(dense: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor
         it is a view whose rows are padded to a multiple of 16 bytes (368 elements for 367),
         so that the top MLP's GEMMs take it in place; ``.contiguous()`` gives packed rows.
     """
+    if (dtype := autocast_dtype(dense)) is not None:  # under torch.autocast: cast as bmm's inputs are
+        return call_autocast(dot_interaction, dtype, dense, embedded)
     check_tensor(dense, "dense", ndim=2)
     check_tensor(embedded, "embedded", ndim=3)
     check_same_dtype_device("dense", dense, embedded=embedded)

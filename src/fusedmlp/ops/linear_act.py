@@ -71,8 +71,10 @@ from ..kernels.linear_act import (
 from ._common import (
     FastestForm,
     acc_dtypes,
+    autocast_dtype,
     autotune_m_key,
     backward_row_chunks,
+    call_autocast,
     cdiv,
     check_bool,
     check_linear_inputs,
@@ -503,6 +505,8 @@ def linear_act(
     Returns:
         ``[..., out]`` tensor of x's dtype.
     """
+    if (dtype := autocast_dtype(x)) is not None:  # under torch.autocast: cast as F.linear's inputs are
+        return call_autocast(linear_act, dtype, x, weight, bias, activation, save_preact)
     act = check_activation(activation)
     check_linear_inputs(x, weight, bias)
     check_bool(save_preact, "save_preact")

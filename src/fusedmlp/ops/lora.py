@@ -106,7 +106,9 @@ from ..kernels.lora import (
 )
 from ._common import (
     FastestForm,
+    autocast_dtype,
     autotune_m_key,
+    call_autocast,
     cdiv,
     check_bool,
     check_finite_number,
@@ -585,6 +587,9 @@ def lora_linear(
     Returns:
         ``[..., out]`` tensor of x's dtype.
     """
+    if (dtype := autocast_dtype(x)) is not None:  # under torch.autocast: cast as F.linear's inputs are
+        return call_autocast(lora_linear, dtype, x, weight, bias, lora_a, lora_b, scale, activation, dropout_p,
+                             save_preact)
     act = check_activation(activation)
     check_linear_inputs(x, weight, bias)
     check_lora_inputs(weight, lora_a, lora_b, scale)

@@ -67,7 +67,9 @@ from ._common import (
     acc_dtypes,
     aligned_rows_empty,
     aligned_width,
+    autocast_dtype,
     autotune_m_key,
+    call_autocast,
     cdiv,
     check_bool,
     check_same_dtype_device,
@@ -795,6 +797,8 @@ def mlp(
     Returns:
         ``[..., out_{L-1}]`` tensor of x's dtype.
     """
+    if (dtype := autocast_dtype(x)) is not None:  # under torch.autocast: cast as F.linear's inputs are
+        return call_autocast(mlp, dtype, x, weights, biases, activation, last_activation, recompute)
     act, last_act = check_activation(activation), check_activation(last_activation)
     biases = check_mlp_inputs(x, weights, biases)
     check_bool(recompute, "recompute")

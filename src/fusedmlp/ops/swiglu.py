@@ -56,8 +56,8 @@ import torch
 
 from ..kernels.configs import GLU_BWD_BLOCK_M
 from ._common import (
-    backward_row_chunks, check_bool, check_linear_inputs, check_same_dtype_device, check_tensor, grad_needed,
-    reuse_saved_once, scratch_matrix,
+    autocast_dtype, backward_row_chunks, call_autocast, check_bool, check_linear_inputs, check_same_dtype_device,
+    check_tensor, grad_needed, reuse_saved_once, scratch_matrix,
 )
 from .activations import activation_reference
 from .glu import glu_backward_dh, glu_backward_dh_impl, glu_forward_impl
@@ -229,6 +229,8 @@ def swiglu(
     Returns:
         ``[..., out]`` tensor of x's dtype.
     """
+    if (dtype := autocast_dtype(x)) is not None:  # under torch.autocast: cast as F.linear's inputs are
+        return call_autocast(swiglu, dtype, x, w_gate, w_up, w_down, recompute=recompute)
     _validate(x, w_gate, w_up, w_down)
     check_bool(recompute, "recompute")
     x2d = x.reshape(-1, x.shape[-1])
