@@ -237,6 +237,11 @@ def test_cli_rejects_bad_arguments(capsys):
     assert "--rounds applies to every suite but dlrm" in capsys.readouterr().err
     assert cli.main(["bench", "mlp", "--fp32-precision", "high"]) == 2
     assert "--fp32-precision applies to --dtype fp32, not bf16" in capsys.readouterr().err
+    assert cli.main(["bench", "mlp", "--dtype", "fp32", "--autocast"]) == 2
+    assert "--autocast runs the geglu, linear_act, swiglu, lora and mlp suites with --dtype bf16 or fp16" in (
+        capsys.readouterr().err)
+    assert cli.main(["bench", "dlrm", "--autocast"]) == 2
+    assert "(got dlrm, bf16)" in capsys.readouterr().err
 
 
 def test_fp32_precision_is_set_recorded_and_named(tmp_path, monkeypatch):
@@ -264,6 +269,73 @@ def test_fp32_precision_is_set_recorded_and_named(tmp_path, monkeypatch):
             assert json.loads(path.read_text())["environment"]["float32_matmul_precision"] == precision
     finally:
         torch.set_float32_matmul_precision(before)
+
+
+def test_autocast_run_is_set_recorded_and_named(tmp_path, monkeypatch):
+    """``--autocast`` puts run_suite in mixed precision for the run (and out of it after),
+    records the dtype in the files and names them after it. ``run_gpu`` is a stand-in."""
+    seen = []
+
+    def fake_run_gpu(shapes, dtype, impls, modes, on_shape_done=None):
+        seen.append(harness.AUTOCAST)
+        return [harness.Measurement("mlp", {"batch": 64, "sizes": "13-16"}, "bfloat16", "fused", "fwd", ms=0.1)]
+
+    monkeypatch.setattr(cli, "_prepare_backend", lambda: True)
+    monkeypatch.setattr(mlp_suite, "run_gpu", fake_run_gpu)
+    monkeypatch.setattr(mlp_suite, "default_impls", lambda max_autotune=False: ["fused"])
+    for flag, autocast in ((["--autocast"], torch.bfloat16), ([], None)):
+        out = tmp_path / str(autocast)
+        assert cli.main(["bench", "mlp", "--shapes", "64x13x16", "--out", str(out), *flag]) == 0
+        assert seen[-1] == autocast and harness.AUTOCAST is None
+        [path] = out.glob("mlp_bf16_*.json")
+        assert path.stem.endswith("_autocast") == bool(flag)
+        assert json.loads(path.read_text())["environment"].get("autocast") == ("bfloat16" if flag else None)
+    with pytest.raises(ValueError, match="autocast runs in float16 or bfloat16"):
+        with harness.autocast_run(torch.float32):
+            pass
+
+
+def test_run_suite_under_autocast_keeps_fp32_weights(monkeypatch):
+    """In an autocast run x and g come in the run's dtype, the other inputs as fp32 copies
+    that require grad as the suite's did, each forward and each prepared step run inside
+    ``torch.autocast("cuda", dtype)`` with its weight cache off (a graph captured with it on
+    reads freed copies), and the GEMM floor gets every input in the run's dtype.
+    ``measure`` and ``torch.autocast`` are recorders here (no GPU)."""
+    entered, seen = [], {}
+
+    class FakeAutocast:
+        def __init__(self, device_type, dtype, cache_enabled=True):
+            self.args = (device_type, dtype, cache_enabled)
+
+        def __enter__(self):
+            entered.append(self.args)
+
+        def __exit__(self, *exc):
+            entered.append("exit")
+
+    def fake_measure(forward, mode, inputs, g, steps=None):
+        if steps is None:
+            seen[mode] = forward(*inputs)
+        else:
+            seen["gemm"] = steps
+        return 1.0, 0.0, {}
+
+    def make_inputs(shape, dtype):
+        x = torch.randn(4, 8, dtype=dtype, requires_grad=True)
+        w = torch.randn(6, 8, dtype=dtype, requires_grad=True)
+        frozen = torch.randn(6, dtype=dtype)
+        return (x, w, frozen), torch.randn(4, 6, dtype=dtype)
+
+    monkeypatch.setattr(harness, "measure", fake_measure)
+    monkeypatch.setattr(torch, "autocast", FakeAutocast)
+    gemm_steps = lambda inputs, g: {"fwd": [t.dtype for t in inputs]}  # noqa: E731
+    forward = lambda x, w, frozen: (x.dtype, w.dtype, w.requires_grad, frozen.dtype, frozen.requires_grad)  # noqa: E731
+    with harness.autocast_run(torch.bfloat16):
+        harness.run_suite("toy", [(4, 8)], ("d", "N"), torch.bfloat16, ["fused", "gemm"], ["fwd"], make_inputs,
+                          lambda impl: forward, gemm_steps, {"fwd": 1}, lambda shape: 1e9)
+    assert seen["fwd"] == (torch.bfloat16, torch.float32, True, torch.float32, False)
+    assert seen["gemm"]["fwd"] == [torch.bfloat16] * 3
+    assert entered == [("cuda", torch.bfloat16, False), "exit"] * 2  # the forward; the floor's preparation
 
 
 def test_linear_act_suite_takes_the_activation(monkeypatch):

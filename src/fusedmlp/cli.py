@@ -107,10 +107,15 @@ def cmd_bench(args) -> int:
             print(f"--fp32-precision applies to --dtype fp32, not {args.dtype}", file=sys.stderr)
             return 2
         torch.set_float32_matmul_precision(args.fp32_precision)
+    if args.autocast and (dtype == torch.float32 or args.suite in ("dlrm", "add_mul_act")):
+        print("--autocast runs the geglu, linear_act, swiglu, lora and mlp suites with --dtype bf16 or fp16 "
+              f"(got {args.suite}, {args.dtype})", file=sys.stderr)
+        return 2
     env = harness.environment()
     if not has_gpu:
         headers, table = suite.run_cpu_check(dtype)
-        print(f"No CUDA GPU: {args.suite} ran through the Triton interpreter on a small shape.")
+        print(f"No CUDA GPU: {args.suite} ran through the Triton interpreter on a small shape"
+              + (" (in --dtype; --autocast applies to GPU timings)." if args.autocast else "."))
         print("Relative error against the float64 reference (||out - ref|| / ||ref||):\n")
         print(harness.format_table(headers, table))
         print("\nTimings and memory figures need a CUDA GPU; run this command on one.")
@@ -152,6 +157,9 @@ def cmd_bench(args) -> int:
         stem += f"_{args.activation}"
     if args.backward_thread != "device":
         stem += f"_{args.backward_thread}_bwd"
+    if args.autocast:
+        env["autocast"] = str(dtype).replace("torch.", "")
+        stem += "_autocast"
     if dtype == torch.float32:
         env["float32_matmul_precision"] = torch.get_float32_matmul_precision()
         if env["float32_matmul_precision"] != "highest":
@@ -163,13 +171,16 @@ def cmd_bench(args) -> int:
         harness.write_csv(json_path.with_suffix(".csv"), env, rows_so_far)
 
     # thread-local: every impl's backward in this run takes the same thread
-    with torch.autograd.set_multithreading_enabled(args.backward_thread == "device"), harness.timing_rounds(args.rounds):
+    with (torch.autograd.set_multithreading_enabled(args.backward_thread == "device"),
+          harness.timing_rounds(args.rounds), harness.autocast_run(dtype if args.autocast else None)):
         rows = suite.run_gpu(shapes, dtype, impls, modes, on_shape_done=save)
     save(rows)  # again: what a suite derives once every shape is done (geglu's act_nd) goes in the files too
     headers, table = suite.summary_table(rows)
     failed = [f"{r.impl} {r.mode} {r.shape}: {r.note}" for r in rows if r.note]
     note = getattr(suite, "TABLE_NOTE", "median ms, ratio to the cuBLAS GEMM floor, peak MiB above inputs")
-    print(f"\n{args.suite} {args.dtype} on {env['device']} (torch {env['torch']}, triton {env['triton']}); {note}")
+    mixed = " under autocast (fp32 weights)" if args.autocast else ""
+    print(f"\n{args.suite} {args.dtype}{mixed} on {env['device']} (torch {env['torch']}, triton {env['triton']}); "
+          f"{note}")
     print(harness.format_table(headers, table))
     for line in failed:
         print("  " + line)
@@ -339,6 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "(highest: IEEE fp32 products, the fused ops' GEMMs then on cuBLAS; high: TF32 tensor "
                             "cores; default: PyTorch's setting, highest unless changed), named in the output "
                             "files' names when high")
+    bench.add_argument("--autocast", action="store_true",
+                       help="mixed precision as an AMP training loop runs it: weights and biases fp32 masters, "
+                            "x and the upstream gradient in --dtype (bf16 or fp16), every impl under "
+                            "torch.autocast('cuda', dtype); the GEMM floor in --dtype (geglu, linear_act, swiglu, "
+                            "lora, mlp); named in the output files' names")
     bench.add_argument("--max-autotune", action="store_true",
                        help="also time torch.compile(mode='max-autotune') (compiles for minutes)")
     bench.add_argument("--modes", default=None, help="comma-separated subset of fwd,bwd,fwd+bwd (mlp: fwd,fwd+bwd; "

@@ -345,10 +345,20 @@ def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make
     of every round in ``extra["ms_rounds"]``; peak memory from the first): with one round the
     impls timed first at a large shape run on a cooler GPU than the GEMM floor timed last
     (benchmarks/NOTES.md, "Timing order").
+
+    ``AUTOCAST`` (``autocast_run``) set to a 16-bit dtype ``dtype`` runs mixed precision as
+    a training loop under ``torch.autocast`` does: x and ``g`` in ``dtype``, the other inputs
+    (weights, biases) fp32 masters, every impl's forward and every prepared step (graph
+    captures) under ``torch.autocast("cuda", dtype)`` with its weight cache off (``_autocast``);
+    the GEMM floor in ``dtype``.
     """
     custom_steps = dict(custom_steps or {})
+    mixed = AUTOCAST
     if gemm_steps is not None:
-        custom_steps["gemm"] = gemm_steps
+        custom_steps["gemm"] = gemm_steps if mixed is None else (
+            lambda inputs, g: gemm_steps(tuple(t.detach().to(mixed) for t in inputs), g))
+    if mixed is not None:
+        make_inputs, make_forward = _mixed_precision(make_inputs, make_forward, mixed)
     for impl in impls:
         if impl.endswith(GRAPHED) and impl not in custom_steps:
             custom_steps[impl] = (lambda inputs, g, base=impl[:-len(GRAPHED)]:
@@ -374,7 +384,8 @@ def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make
                         continue
                     try:
                         if impl in custom_steps and steps is None:  # prepared once per round (graphs: captured)
-                            steps = custom_steps[impl](inputs, g)
+                            with _autocast_block():
+                                steps = custom_steps[impl](inputs, g)
                         if steps is not None and mode not in steps:  # e.g. a graphed backward alone
                             bar.update()
                             continue
@@ -405,6 +416,41 @@ def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make
 
 
 ROUNDS = 1  # timing rounds per shape in run_suite (`fusedmlp bench --rounds`)
+AUTOCAST = None  # run_suite's impls under torch.autocast in this dtype (`fusedmlp bench --autocast`)
+
+
+def _autocast(dtype):
+    """``torch.autocast`` on CUDA without its cache of cast weights: a CUDA graph captured with
+    the cache on reads copies that the cache frees when the outermost autocast block exits
+    (PyTorch's CUDA-graph notes say to turn it off), and each layer's weight is cast once per
+    step either way (every suite's forward uses each weight once)."""
+    return torch.autocast("cuda", dtype=dtype, cache_enabled=False)
+
+
+def _autocast_block():
+    return _autocast(AUTOCAST) if AUTOCAST is not None else contextlib.nullcontext()
+
+
+def _mixed_precision(make_inputs, make_forward, dtype):
+    """``(make_inputs, make_forward)`` of an autocast run: x (the first input) and g in
+    ``dtype``, the other inputs fp32 copies (requiring grad as before); forwards called under
+    ``torch.autocast``."""
+    def inputs_fp32_params(shape, _):
+        inputs, g = make_inputs(shape, dtype)
+        params = tuple(t.detach().float().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t
+                       for t in inputs[1:])
+        return (inputs[0], *params), g
+
+    def forward_under_autocast(impl):
+        forward = make_forward(impl)
+
+        def run(*inputs):
+            with _autocast(dtype):
+                return forward(*inputs)
+
+        return run
+
+    return inputs_fp32_params, forward_under_autocast
 
 
 @contextlib.contextmanager
@@ -418,6 +464,20 @@ def timing_rounds(count: int):
         yield
     finally:
         ROUNDS = before
+
+
+@contextlib.contextmanager
+def autocast_run(dtype):
+    """``run_suite`` runs mixed precision under ``torch.autocast`` in ``dtype`` (None: off)
+    inside the block."""
+    global AUTOCAST
+    if dtype not in (None, torch.float16, torch.bfloat16):
+        raise ValueError(f"autocast runs in float16 or bfloat16, got {dtype}")
+    before, AUTOCAST = AUTOCAST, dtype
+    try:
+        yield
+    finally:
+        AUTOCAST = before
 
 
 def summary_table(rows: list[Measurement], impl_order, peers):
