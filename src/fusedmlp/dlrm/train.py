@@ -74,6 +74,18 @@ def build_model(config: DLRMConfig, impl: str, device, sparse: bool = False):
     return model, (torch.compile(model) if impl == "compile" else model)
 
 
+def autocast_forward(forward, device: torch.device):
+    """``forward`` run under ``torch.autocast`` in bf16 on ``device``'s type (``--amp``): the
+    parameters and the optimizer stay fp32, the MLPs and the interaction run in bf16 (the fused
+    kernels' 16-bit path; eager's nn.Linear likewise), the embeddings' lookup in fp32 as
+    autocast leaves it, the loss in fp32 (``DLRM.loss`` takes the logits to fp32)."""
+    def run(dense: torch.Tensor, cats: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            return forward(dense, cats)
+
+    return run
+
+
 def _check_tables(data, config: DLRMConfig) -> None:
     if tuple(config.cardinalities) != tuple(data.cardinalities):
         raise SystemExit(f"the data's table sizes {data.cardinalities} differ from the model's {config.cardinalities}")
@@ -294,6 +306,8 @@ def train(args) -> dict:
         config = DLRMConfig.from_json(args.config, **overrides) if args.config else DLRMConfig(**overrides)
     _check_tables(data, config)
     model, forward = build_model(config, impl, device, args.sparse)
+    if args.amp:
+        forward = autocast_forward(forward, device)
     parallel.broadcast_model(model)
     parallel.reduce_early(model)
     optimizer = build_optimizer(model, args.optimizer, args.lr, parallel)
@@ -367,7 +381,8 @@ def train(args) -> dict:
     elapsed = time.perf_counter() - started
     final_loss = parallel.total(loss).item() if seen else None
     result = {
-        "impl": impl, "cuda_graph": graphed is not None, "device": str(device), "world_size": parallel.world,
+        "impl": impl, "amp": args.amp, "cuda_graph": graphed is not None, "device": str(device),
+        "world_size": parallel.world,
         "steps": progress["step"], "epochs_done": progress["epoch"], "batch_size": args.batch_size,
         "global_batch_size": global_batch, "train_rows": rows, "val_rows": len(data.val),
         "samples_per_s": seen / elapsed if elapsed > 0 else float("nan"),
@@ -382,7 +397,7 @@ def train(args) -> dict:
 
 def _run_args(args, seed, impl, parallel: DataParallel, cuda_graph: bool) -> dict:
     return {"seed": seed, "impl": impl, "batch_size": args.batch_size, "optimizer": args.optimizer, "lr": args.lr,
-            "data": None if args.data is None else str(args.data), "sparse": args.sparse,
+            "data": None if args.data is None else str(args.data), "sparse": args.sparse, "amp": args.amp,
             "cuda_graph": cuda_graph, "world_size": parallel.world}
 
 
@@ -415,6 +430,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=None, help="total optimizer steps (overrides --epochs)")
     parser.add_argument("--optimizer", choices=("sgd", "adagrad"), default="adagrad")
     parser.add_argument("--lr", type=float, default=0.02)
+    parser.add_argument("--amp", action="store_true",
+                        help="mixed precision: the forward under torch.autocast in bf16 (parameters, optimizer, "
+                             "loss and checkpoints stay fp32; the MLPs and the interaction run in bf16, on the fused "
+                             "kernels' 16-bit path with --impl fused); validation runs the same way")
     parser.add_argument("--sparse", action="store_true",
                         help="sparse gradients for the eager/compile tables (the fused tables never form "
                              "a gradient: their update is fused into the backward)")
