@@ -591,7 +591,8 @@ def geglu(
             models; ``silu`` gives a packed SwiGLU projection).
 
     Returns:
-        ``[..., out]`` tensor of x's dtype.
+        ``[..., out]`` tensor of x's dtype; inside ``torch.autocast``, of the autocast dtype (tensor
+        arguments cast as for ``F.linear``).
     """
     if (dtype := autocast_dtype(x)) is not None:  # under torch.autocast: cast as F.linear's inputs are
         return call_autocast(geglu, dtype, x, weight, bias, recompute=recompute, activation=activation)

@@ -147,6 +147,7 @@ def dot_interaction(dense: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor
         ``v = [dense, embedded[:, 0], ..., embedded[:, F-1]]``, row by row. On the kernel path
         it is a view whose rows are padded to a multiple of 16 bytes (368 elements for 367),
         so that the top MLP's GEMMs take it in place; ``.contiguous()`` gives packed rows.
+        Inside ``torch.autocast`` both inputs are cast to the autocast dtype (as ``bmm``'s are).
     """
     if (dtype := autocast_dtype(dense)) is not None:  # under torch.autocast: cast as bmm's inputs are
         return call_autocast(dot_interaction, dtype, dense, embedded)

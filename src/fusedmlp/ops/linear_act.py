@@ -503,7 +503,8 @@ def linear_act(
             x: the backward then recomputes the pre-activation (one more GEMM).
 
     Returns:
-        ``[..., out]`` tensor of x's dtype.
+        ``[..., out]`` tensor of x's dtype; inside ``torch.autocast``, of the autocast dtype (tensor
+        arguments cast as for ``F.linear``).
     """
     if (dtype := autocast_dtype(x)) is not None:  # under torch.autocast: cast as F.linear's inputs are
         return call_autocast(linear_act, dtype, x, weight, bias, activation, save_preact)

@@ -585,7 +585,8 @@ def lora_linear(
         save_preact: as in ``fusedmlp.linear_act``.
 
     Returns:
-        ``[..., out]`` tensor of x's dtype.
+        ``[..., out]`` tensor of x's dtype; inside ``torch.autocast``, of the autocast dtype (tensor
+        arguments cast as for ``F.linear``).
     """
     if (dtype := autocast_dtype(x)) is not None:  # under torch.autocast: cast as F.linear's inputs are
         return call_autocast(lora_linear, dtype, x, weight, bias, lora_a, lora_b, scale, activation, dropout_p,

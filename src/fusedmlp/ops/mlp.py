@@ -795,7 +795,8 @@ def mlp(
             one tensor per layer.
 
     Returns:
-        ``[..., out_{L-1}]`` tensor of x's dtype.
+        ``[..., out_{L-1}]`` tensor of x's dtype; inside ``torch.autocast``, of the autocast dtype (tensor
+        arguments cast as for ``F.linear``).
     """
     if (dtype := autocast_dtype(x)) is not None:  # under torch.autocast: cast as F.linear's inputs are
         return call_autocast(mlp, dtype, x, weights, biases, activation, last_activation, recompute)

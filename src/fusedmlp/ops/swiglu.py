@@ -227,7 +227,8 @@ def swiglu(
             only x and recomputes them inside the backward kernel.
 
     Returns:
-        ``[..., out]`` tensor of x's dtype.
+        ``[..., out]`` tensor of x's dtype; inside ``torch.autocast``, of the autocast dtype (tensor
+        arguments cast as for ``F.linear``).
     """
     if (dtype := autocast_dtype(x)) is not None:  # under torch.autocast: cast as F.linear's inputs are
         return call_autocast(swiglu, dtype, x, w_gate, w_up, w_down, recompute=recompute)
