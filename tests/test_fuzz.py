@@ -89,16 +89,19 @@ def layout(x, rng):
     return x, "contiguous"
 
 
-def check_case(fused, reference, masters, g64, dtype, rng, what, replicas=0):
+def check_case(fused, reference, masters, g64, dtype, rng, what, replicas=4):
     """``fused(*tensors)`` against ``reference`` in float64 on the same rounded values, x (the
     first tensor) in a random layout; output and every gradient within the larger of the
     dtype's tolerance and twice the error of ``reference`` run in ``dtype`` (eager PyTorch).
 
-    ``replicas``: that many more samples of eager's error, each on the inputs moved by up to
-    one unit of the dtype's rounding (``perturbed``) and rounded again, against float64 on
-    those; the bound is then twice the largest of eager's errors, in every dtype fp32 included.
-    One eager error is one draw of the rounding: on small or ill-conditioned outputs it varies
-    several-fold from draw to draw (NOTES: "Random cases on the GPU")."""
+    ``replicas`` (every op: 4): that many more samples of eager's error, each on the inputs
+    moved by up to one unit of the dtype's rounding (``perturbed``) and rounded again, against
+    float64 on those; the bound is then twice the largest of eager's errors, in every dtype
+    fp32 included. One eager error is one draw of the rounding: on small or ill-conditioned
+    outputs it varies several-fold from draw to draw (NOTES: "Random cases on the GPU"; a
+    linear_act case of 3 rows, whose bias gradient sums terms near 1 to 0.065, was 4% off
+    float64 in the fused op and 0.4% in eager's one draw, against a 3% bound, with seed
+    1549958264)."""
     rounded = [None if t is None else t.detach().to(dtype) for t in masters]
     x, kind = layout(rounded[0], rng)
     what = f"{what} x={kind} {str(dtype).replace('torch.', '')}"
@@ -253,5 +256,4 @@ def test_mlp(case, _fresh_seed):
         return fusedmlp.mlp_reference(x, params[0::2], params[1::2], act, last)
 
     check_case(fused, reference, masters, g, dtype, rng,
-               f"mlp {lead} x {'-'.join(map(str, sizes))} {act}/{last} recompute={recompute} biases={biases}",
-               replicas=4)
+               f"mlp {lead} x {'-'.join(map(str, sizes))} {act}/{last} recompute={recompute} biases={biases}")
