@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import torch
+from torch import nn
 
 import fusedmlp.ops.mlp as mlp_ops
 
@@ -359,3 +360,17 @@ def compile_pingpong_for_hopper(module: str, kernel: str, config: str, activatio
         if max_stack is not None and facts["stack"] is not None:
             assert facts["stack"] <= max_stack, (variant, facts)
     return results
+
+
+class GatedMLP(nn.Module):
+    """A LlamaMLP look-alike of an unknown class, with any activation."""
+
+    def __init__(self, dim, hidden, act_fn, bias=False):
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=bias)
+        self.up_proj = nn.Linear(dim, hidden, bias=bias)
+        self.down_proj = nn.Linear(hidden, dim, bias=bias)
+        self.act_fn = act_fn
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))

@@ -7,7 +7,7 @@ import copy
 
 import pytest
 import torch
-from helpers import TOLERANCE, assert_close, eager_bound, rel_err
+from helpers import TOLERANCE, GatedMLP, assert_close, eager_bound, rel_err
 from torch import nn
 
 import fusedmlp
@@ -137,24 +137,12 @@ def test_mixed_inputs_only_under_autocast(device):
         fusedmlp.linear_act(x, w, b, "silu")
 
 
-class _LlamaStyleMLP(nn.Module):
-    def __init__(self, dim, hidden):
-        super().__init__()
-        self.gate_proj = nn.Linear(dim, hidden, bias=False)
-        self.up_proj = nn.Linear(dim, hidden, bias=False)
-        self.down_proj = nn.Linear(hidden, dim, bias=False)
-        self.act_fn = nn.SiLU()
-
-    def forward(self, x):
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
-
-
 def test_patched_model_under_autocast(device):
     """An fp32 model run under autocast, eager and patched: the same output dtype, fp32
     gradients, and the patched model's output and every gradient within twice eager autocast's
     own error against the float64 model (or the bf16 tolerance where that is larger)."""
     model = nn.Sequential(
-        nn.Linear(40, 64), nn.GELU(approximate="tanh"), _LlamaStyleMLP(64, 96),
+        nn.Linear(40, 64), nn.GELU(approximate="tanh"), GatedMLP(64, 96, nn.SiLU()),
         nn.Sequential(nn.Linear(64, 48), nn.SiLU(), nn.Linear(48, 8)),
     ).to(device)
     replaced = fusedmlp.patch(model, copy=True)

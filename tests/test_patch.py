@@ -10,7 +10,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import rel_err
+from helpers import GatedMLP, rel_err
 from torch import nn
 
 import fusedmlp
@@ -31,20 +31,6 @@ def _tiny_llama(**config):
         num_key_value_heads=2, vocab_size=101, **config,
     )
     return transformers.LlamaForCausalLM(config).eval()
-
-
-class GatedMLP(nn.Module):
-    """A LlamaMLP look-alike of an unknown class, with any activation."""
-
-    def __init__(self, dim, hidden, act_fn, bias=False):
-        super().__init__()
-        self.gate_proj = nn.Linear(dim, hidden, bias=bias)
-        self.up_proj = nn.Linear(dim, hidden, bias=bias)
-        self.down_proj = nn.Linear(hidden, dim, bias=bias)
-        self.act_fn = act_fn
-
-    def forward(self, x):
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
 class ScaledGatedMLP(GatedMLP):
