@@ -57,6 +57,8 @@ def test_json_csv_and_plot(tmp_path):
     loaded = json.loads(json_path.read_text())
     assert loaded["environment"]["torch"] == torch.__version__
     assert loaded["environment"]["tuning_cache"] == "off"  # tests/conftest.py turns it off
+    assert loaded["environment"].get("peers", {}) == harness.installed_versions(harness.PEER_DISTRIBUTIONS)
+    assert harness.installed_versions(["torch", "no-such-distribution"]) == {"torch": str(torch.__version__)}
     assert len(loaded["results"]) == len(rows)
     with open(json_path.with_suffix(".csv")) as f:
         records = list(csv.DictReader(f))
@@ -336,6 +338,91 @@ def test_run_suite_under_autocast_keeps_fp32_weights(monkeypatch):
     assert seen["fwd"] == (torch.bfloat16, torch.float32, True, torch.float32, False)
     assert seen["gemm"]["fwd"] == [torch.bfloat16] * 3
     assert entered == [("cuda", torch.bfloat16, False), "exit"] * 2  # the forward; the floor's preparation
+
+
+def test_run_suite_gives_a_peer_its_own_inputs_and_modes(monkeypatch):
+    """A forward marked by ``peer_forward`` is measured on its adapted inputs (adapted once per
+    shape, not per mode), only in its modes, and its graphed impl captures only those modes
+    from the adapted inputs too. ``measure`` and the capture are recorders (no GPU)."""
+    seen, adapted = [], []
+
+    def fake_measure(forward, mode, inputs, g, steps=None):
+        seen.append((mode, "steps" if steps is not None else forward(*inputs)))
+        return 1.0, 0.0, {}
+
+    def adapt(inputs):
+        adapted.append(len(inputs))
+        return inputs[0] * 2, inputs[1]
+
+    def make_forward(impl):
+        forward = lambda a, b, *rest: (a.sum().item(), b.shape)  # noqa: E731
+        return harness.peer_forward(forward, adapt_inputs=adapt, modes=("fwd",)) if impl.startswith("peer") else forward
+
+    captured = []
+    monkeypatch.setattr(harness, "measure", fake_measure)
+    monkeypatch.setattr("fusedmlp._cuda_graph.capture_cuda_graph",
+                        lambda fn: captured.append(fn()) or (type("G", (), {"replay": None}), None))
+    inputs = (torch.ones(3), torch.zeros(2), torch.zeros(5))
+    rows = harness.run_suite("toy", [(4, 8)], ("d", "N"), torch.float32, ["plain", "peer", "peer_graph"],
+                             ["fwd", "bwd", "fwd+bwd"], lambda shape, dtype: (inputs, None), make_forward,
+                             None, {"fwd": 1, "bwd": 2, "fwd+bwd": 3}, lambda shape: 1e9)
+    assert [(r.impl, r.mode, r.note) for r in rows] == [(impl, mode, "") for impl, mode in (
+        ("plain", "fwd"), ("plain", "bwd"), ("plain", "fwd+bwd"), ("peer", "fwd"), ("peer_graph", "fwd"))]
+    assert seen[:3] == [(mode, (3.0, (2,))) for mode in ("fwd", "bwd", "fwd+bwd")]  # the suite's inputs
+    assert seen[3:] == [("fwd", (6.0, (2,))), ("fwd", "steps")]
+    assert captured == [(6.0, (2,))]  # the graph: the forward alone, on the adapted inputs
+    assert adapted == [3, 3]  # once for the plain peer, once for its capture
+
+
+def test_quack_layouts_give_the_suites_ops():
+    """QuACK's gated epilogue splits its pre-activation as gate = columns 0, 2, 4, ... and
+    up = columns 1, 3, 5, ... (its reference ``gemm_gated_ref``) and computes act(gate) * up:
+    the suites' weights packed by ``quack.interleaved`` give through that rule the ops the
+    suites time (no QuACK needed: its documented rule in plain PyTorch)."""
+    from fusedmlp.bench import quack
+    from fusedmlp.ops.glu import geglu_reference
+    from fusedmlp.ops.swiglu import swiglu_reference
+
+    def gated(x, weight, bias, act):
+        pre = torch.nn.functional.linear(x, weight, bias)
+        return act(pre[..., 0::2]) * pre[..., 1::2]
+
+    x = torch.randn(7, 12, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(2 * 10, 12, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(2 * 10, dtype=torch.float64, requires_grad=True)
+    x_q, w_q, b_q = quack.geglu_forward().adapt_inputs((x, w, b))
+    assert x_q is x and w_q.is_leaf and w_q.requires_grad and b_q.is_leaf
+    gelu_tanh = lambda t: torch.nn.functional.gelu(t, approximate="tanh")  # noqa: E731
+    torch.testing.assert_close(gated(x, w_q, b_q, gelu_tanh), geglu_reference(x, w, b), rtol=1e-12, atol=1e-12)
+    assert quack.geglu_forward().adapt_inputs((x, w, None))[2] is None
+
+    w_gate, w_up, w_down = (torch.randn(o, i, dtype=torch.float64) for o, i in ((9, 12), (9, 12), (12, 9)))
+    x_q, w_gate_up, w_down_q = quack.swiglu_forward(recompute=False).adapt_inputs((x, w_gate, w_up, w_down))
+    assert w_down_q is w_down and w_gate_up.shape == (18, 12) and not w_gate_up.requires_grad
+    y = torch.nn.functional.linear(gated(x, w_gate_up, None, torch.nn.functional.silu), w_down)
+    torch.testing.assert_close(y, swiglu_reference(x, w_gate, w_up, w_down), rtol=1e-12, atol=1e-12)
+    assert quack.geglu_forward().modes == quack.linear_act_forward("relu").modes == ("fwd",)
+    assert quack.swiglu_forward(recompute=True).modes is None  # its MLP has a backward: every mode
+    with pytest.raises(ValueError, match="QuACK has no sigmoid epilogue"):
+        quack.linear_act_forward("sigmoid")(x, w, b)
+
+
+def test_quack_is_offered_where_it_runs(monkeypatch):
+    """The suites list QuACK's impls only where it imports, and linear_act only for the
+    activations it has."""
+    from fusedmlp.bench import quack
+    from fusedmlp.bench.suites import linear_act as linear_suite
+    from fusedmlp.bench.suites import swiglu as swiglu_suite
+
+    for present in (False, True):
+        monkeypatch.setattr(harness, "module_importable",
+                            lambda name, present=present: present if name == quack.MODULE else False)
+        assert ("quack" in glu_suite.default_impls()) == present
+        assert ({"quack", "quack_recompute"} <= set(swiglu_suite.default_impls())) == present
+        monkeypatch.setattr(linear_suite, "ACTIVATION", "gelu_tanh")
+        assert ("quack" in linear_suite.default_impls()) == present
+        monkeypatch.setattr(linear_suite, "ACTIVATION", "gelu")  # QuACK has no erf gelu
+        assert "quack" not in linear_suite.default_impls()
 
 
 def test_linear_act_suite_takes_the_activation(monkeypatch):

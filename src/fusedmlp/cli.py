@@ -332,12 +332,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="default: bf16")
     bench.add_argument("--impls", default=None,
                        help="comma-separated subset of the suite's implementations (default: all available). "
-                            "geglu: fused,fused_store,eager,compile,compile_max,liger,gemm,fused_graph,fused_store_graph,"
+                            "geglu: fused,fused_store,eager,compile,compile_max,liger,quack,gemm,fused_graph,fused_store_graph,"
                             "eager_graph,compile_graph,liger_graph; linear_act: "
-                            "fused,fused_preact,eager,compile,compile_max,gemm,fused_graph,fused_preact_graph,eager_graph,"
-                            "compile_graph; "
-                            "swiglu: fused,fused_recompute,eager,compile,compile_max,liger,gemm,fused_graph,eager_graph,"
-                            "compile_graph (liger when liger_kernel is installed); lora: fused,fused_in_loop,eager,compile,"
+                            "fused,fused_preact,eager,compile,compile_max,quack,gemm,fused_graph,fused_preact_graph,"
+                            "eager_graph,compile_graph; "
+                            "swiglu: fused,fused_recompute,eager,compile,compile_max,liger,quack,quack_recompute,gemm,"
+                            "fused_graph,eager_graph,compile_graph (liger, quack: when liger_kernel, "
+                            "quack-kernels are installed; quack runs the forward alone in geglu and linear_act); lora: fused,fused_in_loop,eager,compile,"
                             "compile_max,gemm,fused_graph,eager_graph,compile_graph (*_graph: the step replayed from a "
                             "CUDA graph, fwd and fwd+bwd); add_mul_act: fused_triton,fused_cuda,eager,"
                             "compile; mlp: fused,fused_recompute,fused_graph,eager,compile,compile_max,cuda_graph; dlrm: fused,"

@@ -201,7 +201,27 @@ def environment() -> dict:
     # where the kernels' configs and the forwards' forms may come from untimed (earlier processes)
     folder = cache_dir()
     env["tuning_cache"] = str(folder) if folder is not None else "off"
+    peers = installed_versions(PEER_DISTRIBUTIONS)
+    if peers:
+        env["peers"] = peers
     return env
+
+
+# the peer libraries the suites time where installed (distribution names, for their versions)
+PEER_DISTRIBUTIONS = ("liger-kernel", "quack-kernels", "nvidia-cutlass-dsl")
+
+
+def installed_versions(distributions) -> dict:
+    """{distribution: version} of those of ``distributions`` that are installed."""
+    from importlib import metadata
+
+    versions = {}
+    for name in distributions:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
 
 
 def forward_forms() -> dict:
@@ -321,9 +341,32 @@ def graph_steps(forward, inputs: tuple, g) -> dict:
     backward writes over its forward's saved state, so it runs once per forward)."""
     from .._cuda_graph import capture_cuda_graph
 
+    inputs = own_inputs(forward, inputs)
     wrt = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
     fns = {"fwd": lambda: forward(*inputs), "fwd+bwd": lambda: torch.autograd.grad(forward(*inputs), wrt, g)}
-    return {mode: capture_cuda_graph(fn)[0].replay for mode, fn in fns.items()}
+    return {mode: capture_cuda_graph(fn)[0].replay for mode, fn in fns.items() if runs_mode(forward, mode)}
+
+
+def peer_forward(forward, *, adapt_inputs=None, modes=None):
+    """``forward`` marked for ``run_suite``: ``adapt_inputs(inputs) -> inputs`` gives it the
+    suite's inputs in its own layout (called once per shape, untimed: weights packed the way
+    a model using that library stores them); ``modes`` are the modes it runs (a library with
+    no autograd backward for the op: ``("fwd",)``); the others are left out of the run."""
+    forward.adapt_inputs = adapt_inputs
+    forward.modes = modes
+    return forward
+
+
+def own_inputs(forward, inputs: tuple) -> tuple:
+    """The suite's ``inputs`` as ``forward`` takes them (``peer_forward``'s ``adapt_inputs``)."""
+    adapt = getattr(forward, "adapt_inputs", None)
+    return tuple(adapt(inputs)) if adapt is not None else inputs
+
+
+def runs_mode(forward, mode: str) -> bool:
+    """Whether ``forward`` (a suite's impl, or None for a prepared step) runs ``mode``."""
+    modes = getattr(forward, "modes", None)
+    return modes is None or mode in modes
 
 
 def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make_forward, gemm_steps,
@@ -338,7 +381,9 @@ def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make
     runs after each shape (to save partial results). ``custom_steps`` maps other impls that
     are timed as prepared steps (e.g. CUDA-graph replays) to ``fn(inputs, g) -> {mode: callable}``;
     an impl ``X_graph`` without one is ``make_forward(X)`` captured by ``graph_steps`` (fwd and
-    fwd+bwd; its peak memory is the graph's pool, allocated at capture, so it reads as 0).
+    fwd+bwd; its peak memory is the graph's pool, allocated at capture, so it reads as 0). A
+    forward marked by ``peer_forward`` gets the inputs in its own layout and runs only its
+    modes (plain and graphed alike).
 
     ``ROUNDS`` (``timing_rounds``) > 1 times each shape's impls that many times, every other
     round in reverse order, and reports each (impl, mode)'s median over the rounds (the times
@@ -370,6 +415,7 @@ def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make
         torch._dynamo.reset()  # each shape compiles afresh; no recompile limit in the way
         inputs, g = make_inputs(shape, dtype)
         forwards = {impl: (None if impl in custom_steps else make_forward(impl)) for impl in impls}
+        impl_inputs = {impl: own_inputs(forwards[impl], inputs) for impl in impls}
         shape_dict = dict(zip(shape_fields, shape))
         dtype_name = str(dtype).replace("torch.", "")
         shape_rows = {}  # (impl, mode) -> Measurement, in the first round's order
@@ -379,8 +425,8 @@ def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make
                 for mode in modes:
                     bar.set_postfix_str(f"{shape_dict} {impl} {mode}" + (f" round {round_ + 1}" if rounds > 1 else ""))
                     row = shape_rows.get((impl, mode))
-                    if row is not None and row.note:  # failed in an earlier round: not again
-                        bar.update()
+                    if (row is not None and row.note) or not runs_mode(forwards[impl], mode):
+                        bar.update()  # failed in an earlier round (not again), or a mode the impl lacks
                         continue
                     try:
                         if impl in custom_steps and steps is None:  # prepared once per round (graphs: captured)
@@ -389,7 +435,7 @@ def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make
                         if steps is not None and mode not in steps:  # e.g. a graphed backward alone
                             bar.update()
                             continue
-                        ms, peak_mib, extra = measure(forwards[impl], mode, inputs, g, steps)
+                        ms, peak_mib, extra = measure(forwards[impl], mode, impl_inputs[impl], g, steps)
                         if row is None:  # peak memory and extras from the first round
                             row = shape_rows[impl, mode] = Measurement(name, shape_dict, dtype_name, impl, mode,
                                                                        peak_mib=peak_mib, extra=extra)
@@ -408,7 +454,7 @@ def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make
                 if rounds > 1:
                     row.extra["ms_rounds"] = times
         rows.extend(shape_rows.values())
-        del inputs, g, forwards
+        del inputs, g, forwards, impl_inputs
         if on_shape_done is not None:
             on_shape_done(rows)
     bar.close()
@@ -448,7 +494,8 @@ def _mixed_precision(make_inputs, make_forward, dtype):
             with _autocast(dtype):
                 return forward(*inputs)
 
-        return run
+        return peer_forward(run, adapt_inputs=getattr(forward, "adapt_inputs", None),
+                            modes=getattr(forward, "modes", None))
 
     return inputs_fp32_params, forward_under_autocast
 

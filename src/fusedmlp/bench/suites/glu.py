@@ -9,6 +9,8 @@ Implementations, side by side in one run on one device:
                    it compiles for minutes)
     liger          Liger-Kernel's GEGLU path when liger_kernel is installed: two linears (the
                    two halves of the packed weight) and its fused GELU-mul kernel
+    quack          QuACK's gated GEMM forward when installed (bench/quack.py; the weight
+                   interleaved as it stores one): fwd only, it has no backward for this op
     gemm           the bare cuBLAS GEMM(s) of the same shape: the floor a fused GEMM+epilogue
                    must reach (fwd: x @ W.T; bwd: dh @ W and dh.T @ x; fwd+bwd: all three)
     fused_graph    fused captured in a CUDA graph and replayed (fwd and fwd+bwd;
@@ -32,6 +34,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .. import quack
 from ..harness import Measurement, available_impls, module_importable, run_suite
 from ..harness import summary_table as harness_summary_table
 
@@ -44,9 +47,9 @@ SHAPE_PRESETS = {
     "full": [(d, n) for d in (1024, 2048, 4096, 8192) for n in (4096, 8192, 16384, 32768, 65536)],
 }
 DEFAULT_SHAPES = SHAPE_PRESETS["default"]
-IMPLS = ("fused", "fused_store", "eager", "compile", "compile_max", "liger", "gemm",
+IMPLS = ("fused", "fused_store", "eager", "compile", "compile_max", "liger", "quack", "gemm",
          "fused_graph", "fused_store_graph", "eager_graph", "compile_graph", "liger_graph")
-PEERS = ("eager", "compile", "compile_max", "liger", "eager_graph", "compile_graph", "liger_graph")
+PEERS = ("eager", "compile", "compile_max", "liger", "quack", "eager_graph", "compile_graph", "liger_graph")
 MODES = ("fwd", "bwd", "fwd+bwd")
 
 
@@ -57,7 +60,8 @@ def liger_available() -> bool:
 def default_impls(max_autotune: bool = False) -> list[str]:
     """Every implementation this machine can run (compile_max only when asked for)."""
     return available_impls(IMPLS, max_autotune,
-                           {"liger": "liger_kernel.ops.geglu", "liger_graph": "liger_kernel.ops.geglu"})
+                           {"liger": "liger_kernel.ops.geglu", "liger_graph": "liger_kernel.ops.geglu",
+                            "quack": quack.MODULE})
 
 
 def eager_geglu(x, weight, bias):
@@ -95,6 +99,8 @@ def _forward_fn(impl: str):
         return torch.compile(eager_geglu, dynamic=False, mode="max-autotune")
     if impl == "liger":
         return liger_geglu
+    if impl == "quack":
+        return quack.geglu_forward()
     raise ValueError(impl)
 
 

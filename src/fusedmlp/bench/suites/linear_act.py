@@ -7,6 +7,9 @@ Shapes are (tokens, in, out). Implementations, side by side in one run on one de
     eager          F.linear (addmm with the bias) + the activation, PyTorch eager
     compile        the same function under torch.compile (default mode)
     compile_max    torch.compile(mode="max-autotune") (only with --max-autotune)
+    quack          QuACK's GEMM with the activation epilogue when installed (bench/quack.py):
+                   fwd only, it has no backward for a standalone Linear + activation; not
+                   for gelu (erf) and sigmoid, which it lacks
     gemm           the bare cuBLAS GEMMs of the same shape (fwd: x @ W.T; bwd: dpre @ W and
                    dpre.T @ x; fwd+bwd: all three): the floor
     fused_graph    fused captured in a CUDA graph and replayed (fwd and fwd+bwd;
@@ -26,6 +29,7 @@ from __future__ import annotations
 import torch
 
 from ...ops.activations import activation_reference, check_activation
+from .. import quack
 from ..harness import Measurement, available_impls, rounded_to, run_suite
 from ..harness import summary_table as harness_summary_table
 
@@ -38,9 +42,9 @@ SHAPE_PRESETS = {
     "full": [(t, i, o) for t in (4096, 16384, 65536) for i, o in ((512, 1792), (1024, 4096), (4096, 14336))],
 }
 DEFAULT_SHAPES = SHAPE_PRESETS["default"]
-IMPLS = ("fused", "fused_preact", "eager", "compile", "compile_max", "gemm",
+IMPLS = ("fused", "fused_preact", "eager", "compile", "compile_max", "quack", "gemm",
          "fused_graph", "fused_preact_graph", "eager_graph", "compile_graph")
-PEERS = ("eager", "compile", "compile_max", "eager_graph", "compile_graph")
+PEERS = ("eager", "compile", "compile_max", "quack", "eager_graph", "compile_graph")
 MODES = ("fwd", "bwd", "fwd+bwd")
 
 
@@ -51,7 +55,10 @@ def set_activation(name: str) -> None:
 
 
 def default_impls(max_autotune: bool = False) -> list[str]:
-    return available_impls(IMPLS, max_autotune)
+    """Every implementation this machine can run for ``ACTIVATION`` (compile_max only when
+    asked for; quack where it is installed and has the activation)."""
+    impls = available_impls(IMPLS, max_autotune, {"quack": quack.MODULE})
+    return [i for i in impls if i != "quack" or ACTIVATION in quack.ACTIVATIONS]
 
 
 def eager_linear_act(x, w, b):
@@ -68,6 +75,8 @@ def _forward_fn(impl: str):
         return eager_linear_act
     if impl in ("compile", "compile_max"):
         return torch.compile(eager_linear_act, dynamic=False, mode="max-autotune" if impl == "compile_max" else None)
+    if impl == "quack":
+        return quack.linear_act_forward(ACTIVATION)
     raise ValueError(impl)
 
 

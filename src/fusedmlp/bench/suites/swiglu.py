@@ -8,6 +8,10 @@ Shapes are (tokens, d, hidden). Implementations, side by side in one run on one 
     compile_max      torch.compile(mode="max-autotune") (only with --max-autotune)
     liger            Liger-Kernel's SwiGLU MLP path when installed: three linears around its
                      fused SiLU-mul kernel
+    quack            QuACK's MLP when installed (bench/quack.py): its GEMM with the SwiGLU
+                     epilogue, the down GEMM, and a backward with the SwiGLU gradient in the
+                     down projection's dgrad; h kept
+    quack_recompute  the same with h recomputed from x in the backward (x kept only)
     gemm             the bare cuBLAS GEMMs: fwd 3 (gate, up, down), bwd 6, fwd+bwd 9
     fused_graph      fused captured in a CUDA graph and replayed (fwd and fwd+bwd;
                      harness.graph_steps): the kernels' time, no launch or Python time
@@ -23,6 +27,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .. import quack
 from ..harness import Measurement, available_impls, module_importable, rounded_to, run_suite
 from ..harness import summary_table as harness_summary_table
 
@@ -34,9 +39,9 @@ SHAPE_PRESETS = {
     "full": [(t, d, h) for t in (4096, 16384, 65536) for d, h in ((512, 1792), (2048, 5632), (4096, 14336))],
 }
 DEFAULT_SHAPES = SHAPE_PRESETS["default"]
-IMPLS = ("fused", "fused_recompute", "eager", "compile", "compile_max", "liger", "gemm",
+IMPLS = ("fused", "fused_recompute", "eager", "compile", "compile_max", "liger", "quack", "quack_recompute", "gemm",
          "fused_graph", "eager_graph", "compile_graph")
-PEERS = ("eager", "compile", "compile_max", "liger", "eager_graph", "compile_graph")
+PEERS = ("eager", "compile", "compile_max", "liger", "quack", "quack_recompute", "eager_graph", "compile_graph")
 MODES = ("fwd", "bwd", "fwd+bwd")
 
 
@@ -46,7 +51,8 @@ def liger_available() -> bool:
 
 def default_impls(max_autotune: bool = False) -> list[str]:
     """Every implementation this machine can run (compile_max only when asked for)."""
-    return available_impls(IMPLS, max_autotune, {"liger": "liger_kernel.ops.swiglu"})
+    return available_impls(IMPLS, max_autotune, {"liger": "liger_kernel.ops.swiglu",
+                                                 "quack": quack.MODULE, "quack_recompute": quack.MODULE})
 
 
 def eager_swiglu(x, w_gate, w_up, w_down):
@@ -71,6 +77,8 @@ def _forward_fn(impl: str):
         return torch.compile(eager_swiglu, dynamic=False, mode="max-autotune" if impl == "compile_max" else None)
     if impl == "liger":
         return liger_swiglu
+    if impl in ("quack", "quack_recompute"):
+        return quack.swiglu_forward(recompute=impl == "quack_recompute")
     raise ValueError(impl)
 
 
