@@ -8,13 +8,18 @@ WHAT=${1:-all}; shift || true
 read -r -a PYTEST_ARGS <<< "${PYTEST_EXTRA:-}"
 OUT=${OUT:-./gpu-out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-# carried wheels (pytest, liger-kernel, ...) for the packages the image lacks
+# carried wheels (pytest, liger-kernel, quack-kernels, ...) for the packages the image lacks,
+# into a folder named site-packages: QuACK treats code as an installed library's only under
+# such a path (benchmarks/results/quack_H100_2026-11-24/README.md)
 if [ -d .whl ]; then
+    SITE=/tmp/peers/site-packages
     for wheel in .whl/*.whl; do
         module=$(basename "$wheel" | cut -d- -f1)
-        python3 -c "import $module" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$wheel"
+        python3 -c "import $module" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$wheel"
     done
-    export PYTHONPATH=$PYTHONPATH:/tmp/site
+    export PYTHONPATH=$PYTHONPATH:$SITE
+    # what the CuTe DSL's .pth file adds in a real site-packages (PYTHONPATH folders skip .pth files)
+    [ -d "$SITE/nvidia_cutlass_dsl/dsl_packages" ] && export PYTHONPATH=$PYTHONPATH:$SITE/nvidia_cutlass_dsl/dsl_packages
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
 python3 -m fusedmlp.cli info
