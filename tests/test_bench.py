@@ -407,6 +407,69 @@ def test_quack_layouts_give_the_suites_ops():
         quack.linear_act_forward("sigmoid")(x, w, b)
 
 
+def test_quack_impls_call_its_functions_as_documented(monkeypatch):
+    """The suites' quack impls, end to end on a stand-in for QuACK's three functions that follows
+    their documented contracts (reference semantics, the returned (preact, postact) pair,
+    mlp_func's recompute flag): each impl's output equals the suite's op on the suite's inputs,
+    and SwiGLU's gradients reach the packed weight. No QuACK needed."""
+    import sys
+    import types
+
+    from fusedmlp.bench.suites import linear_act as linear_suite
+    from fusedmlp.bench.suites import swiglu as swiglu_suite
+    from fusedmlp.ops.activations import activation_reference
+    from fusedmlp.ops.glu import geglu_reference
+    from fusedmlp.ops.swiglu import swiglu_reference
+
+    F = torch.nn.functional
+    gate_fns = {"geglu": lambda t: F.gelu(t, approximate="tanh"), "swiglu": F.silu}
+    act_fns = {None: lambda t: t, "relu": F.relu, "relu_sq": lambda t: F.relu(t).square(),
+               "gelu_tanh_approx": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu}
+    calls = []
+
+    def linear_gated_func(x, weight, activation, bias=None, store_preact=True):
+        pre = F.linear(x, weight, bias)
+        return (pre if store_preact else None), gate_fns[activation](pre[..., 0::2]) * pre[..., 1::2]
+
+    def linear_act_func(x, weight, activation, bias=None, store_preact=True):
+        pre = F.linear(x, weight, bias)
+        return (pre if store_preact else None), act_fns[activation](pre)
+
+    def mlp_func(x, weight1, weight2, activation, recompute=False):
+        calls.append(recompute)
+        return F.linear(linear_gated_func(x, weight1, activation)[1], weight2)
+
+    package = types.ModuleType("quack")
+    package.mlp = types.SimpleNamespace(mlp_func=mlp_func)
+    package.linear = types.SimpleNamespace(linear_gated_func=linear_gated_func, linear_act_func=linear_act_func)
+    for name, module in (("quack", package), ("quack.mlp", package.mlp), ("quack.linear", package.linear)):
+        monkeypatch.setitem(sys.modules, name, module)
+
+    def run(forward, inputs):
+        return forward(*harness.own_inputs(forward, inputs))
+
+    x = torch.randn(6, 8, dtype=torch.float64, requires_grad=True)
+    weights = [torch.randn(o, i, dtype=torch.float64, requires_grad=True) for o, i in ((5, 8), (5, 8), (8, 5))]
+    for impl in ("quack", "quack_recompute"):
+        forward = swiglu_suite._forward_fn(impl)
+        own = harness.own_inputs(forward, (x, *weights))
+        y = forward(*own)
+        torch.testing.assert_close(y, swiglu_reference(x, *weights), rtol=1e-12, atol=1e-12)
+        y.sum().backward()
+        assert own[1].grad is not None and own[1].grad.shape == (10, 8)
+    assert calls == [False, True]
+
+    w, b = torch.randn(2 * 7, 8, dtype=torch.float64), torch.randn(2 * 7, dtype=torch.float64)
+    torch.testing.assert_close(run(glu_suite._forward_fn("quack"), (x, w, b)), geglu_reference(x, w, b),
+                               rtol=1e-12, atol=1e-12)
+    w, b = torch.randn(7, 8, dtype=torch.float64), torch.randn(7, dtype=torch.float64)
+    monkeypatch.setattr(linear_suite, "ACTIVATION", linear_suite.ACTIVATION)  # restored afterwards
+    for act in ("gelu_tanh", "relu", "squared_relu", "silu", "identity"):
+        linear_suite.set_activation(act)
+        torch.testing.assert_close(run(linear_suite._forward_fn("quack"), (x, w, b)),
+                                   activation_reference(F.linear(x, w, b), act), rtol=1e-12, atol=1e-12)
+
+
 def test_quack_is_offered_where_it_runs(monkeypatch):
     """The suites list QuACK's impls only where it imports, and linear_act only for the
     activations it has."""
