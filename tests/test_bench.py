@@ -374,6 +374,13 @@ def test_run_suite_gives_a_peer_its_own_inputs_and_modes(monkeypatch):
     assert adapted == [3, 3]  # once for the plain peer, once for its capture
 
 
+def _quack_gated(x, weight, bias, act):
+    """QuACK's documented gated rule (its ``gemm_gated_ref``) in plain PyTorch: the pre-activation's
+    even columns are the gate, the odd ones up, and the output is act(gate) * up."""
+    pre = torch.nn.functional.linear(x, weight, bias)
+    return act(pre[..., 0::2]) * pre[..., 1::2]
+
+
 def test_quack_layouts_give_the_suites_ops():
     """QuACK's gated epilogue splits its pre-activation as gate = columns 0, 2, 4, ... and
     up = columns 1, 3, 5, ... (its reference ``gemm_gated_ref``) and computes act(gate) * up:
@@ -383,10 +390,7 @@ def test_quack_layouts_give_the_suites_ops():
     from fusedmlp.ops.glu import geglu_reference
     from fusedmlp.ops.swiglu import swiglu_reference
 
-    def gated(x, weight, bias, act):
-        pre = torch.nn.functional.linear(x, weight, bias)
-        return act(pre[..., 0::2]) * pre[..., 1::2]
-
+    gated = _quack_gated
     x = torch.randn(7, 12, dtype=torch.float64, requires_grad=True)
     w = torch.randn(2 * 10, 12, dtype=torch.float64, requires_grad=True)
     b = torch.randn(2 * 10, dtype=torch.float64, requires_grad=True)
@@ -428,8 +432,8 @@ def test_quack_impls_call_its_functions_as_documented(monkeypatch):
     calls = []
 
     def linear_gated_func(x, weight, activation, bias=None, store_preact=True):
-        pre = F.linear(x, weight, bias)
-        return (pre if store_preact else None), gate_fns[activation](pre[..., 0::2]) * pre[..., 1::2]
+        pre = F.linear(x, weight, bias) if store_preact else None
+        return pre, _quack_gated(x, weight, bias, gate_fns[activation])
 
     def linear_act_func(x, weight, activation, bias=None, store_preact=True):
         pre = F.linear(x, weight, bias)

@@ -130,12 +130,17 @@ def grad_needed(*tensors) -> bool:
 _AUTOCAST_CAST = (torch.float16, torch.bfloat16, torch.float32)  # autocast leaves fp64 alone
 
 
+def _autocast_device_type(x: torch.Tensor) -> str | None:
+    """"cuda" or "cpu" (the device types fusedmlp's ops follow autocast on), else None."""
+    return "cuda" if x.is_cuda else "cpu" if x.is_cpu else None  # not x.device.type: it costs more
+
+
 def autocast_dtype(x) -> torch.dtype | None:
     """The dtype ``torch.autocast`` runs its matmul ops in on ``x``'s device type (CUDA or
     CPU); None where autocast is off there."""
     if not isinstance(x, torch.Tensor):
         return None
-    device_type = "cuda" if x.is_cuda else "cpu" if x.is_cpu else None  # not x.device: it costs more
+    device_type = _autocast_device_type(x)
     if device_type is not None and torch.is_autocast_enabled(device_type):
         return torch.get_autocast_dtype(device_type)
     return None
@@ -182,7 +187,7 @@ def call_autocast(op, dtype: torch.dtype, x: torch.Tensor, *args, **kwargs):
     of a layer's weight, which it keeps for the rest of the autocast region (and which a CUDA
     graph capture must turn off), a weight here is cast on every call: one pass over it, like
     the first use of a layer in a region."""
-    device_type = "cuda" if x.is_cuda else "cpu"
+    device_type = _autocast_device_type(x)
     arguments = [x, *args, *kwargs.values()]
     flat = [t for a in arguments for t in (a if isinstance(a, (list, tuple)) else (a,))]
     to_cast = {id(t): t for t in flat if isinstance(t, torch.Tensor) and t.dtype in _AUTOCAST_CAST
