@@ -190,6 +190,41 @@ def test_fork_join_on_gpu():
 
 
 @pytest.mark.gpu
+def test_descriptor_kernel_first_on_a_new_thread():
+    """A kernel taking tensor descriptors launched as the first CUDA work of a new thread (no
+    context current there, as on autograd's GPU thread; the output served from the
+    allocator's cache, so no runtime call binds one first): it runs (launch.py's
+    bind_cuda_context) and gives the main thread's result. Before, filling the descriptor
+    failed with "invalid device context" (found by a SwiGLU backward on an H100)."""
+    import threading
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the descriptor-taking (ping-pong) kernels are for compute capability 9.0")
+    x, fresh_x = (torch.randn(1000, 256, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    fresh_copy = fresh_x.clone()  # a new address (a new descriptor), made here: a copy binds a context
+    weight = torch.randn(384, 256, device="cuda", dtype=torch.bfloat16) / 16
+    expected = fusedmlp.linear_act(fresh_x, weight)  # compiled and loaded on this thread
+    del expected
+    expected = fusedmlp.linear_act(fresh_x, weight).clone()
+    fusedmlp.linear_act(x, weight)  # leaves a block of the output's size in the allocator's cache
+    torch.cuda.synchronize()
+    found, errors = [], []
+
+    def first_launch():
+        try:
+            found.append(fusedmlp.linear_act(fresh_copy, weight))
+            torch.cuda.synchronize()
+        except BaseException as error:  # reported in the test's thread
+            errors.append(error)
+
+    thread = threading.Thread(target=first_launch)
+    thread.start()
+    thread.join()
+    assert not errors, errors
+    assert torch.equal(found[0], expected)
+
+
+@pytest.mark.gpu
 @pytest.mark.skipif(not launch_mod.FAST_LAUNCH, reason="the cache runs on Triton 3.6 GPUs")
 def test_misaligned_input_after_aligned_one_is_not_served_the_aligned_kernel():
     """An input 2 bytes off 16-byte alignment, after the aligned one filled the cache: a

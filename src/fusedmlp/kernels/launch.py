@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import threading
 
 import torch
 import triton
@@ -87,6 +88,24 @@ def gluon_descriptors(kwargs: dict, blocks: dict) -> dict:
             layout = gl.NVMMASharedLayout.get_default_for(block, dtypes[value.dtype])
             out[name] = GluonDescriptor.from_tensor(value, block, layout)
     return out
+
+
+_THREAD_STATE = threading.local()
+
+
+def bind_cuda_context() -> None:
+    """Make the current device's CUDA context current on this thread, once per thread.
+
+    Filling a tensor descriptor (``cuTensorMapEncodeTiled``, by Triton's launcher wrapper or
+    by a cached launch) is a driver call that fails with "invalid device context" on a thread
+    where no context is current. Such a thread is what autograd runs a GPU backward on when
+    its first CUDA work there is a descriptor-taking kernel (the allocator served every tensor
+    from its cache, so no runtime call bound the context first): found by a SwiGLU backward on
+    an H100. A stream query is a runtime call, and the runtime binds the device's primary
+    context to the calling thread; it does not wait for the stream."""
+    if not getattr(_THREAD_STATE, "bound", False):
+        torch.cuda.current_stream().query()
+        _THREAD_STATE.bound = True
 
 
 def _hooks_installed() -> bool:
@@ -214,6 +233,8 @@ class FastLaunch:
         return tuple(parts)
 
     def call(self, run, grid, args, kwargs, by_value=()):
+        if not INTERPRET:
+            bind_cuda_context()
         if not FAST_LAUNCH or not self.supported or _hooks_installed():
             return run()
         device = torch.cuda.current_device()
