@@ -2,6 +2,7 @@
 
 import csv
 import importlib.util
+import importlib.metadata
 import json
 
 import pytest
@@ -58,7 +59,8 @@ def test_json_csv_and_plot(tmp_path):
     assert loaded["environment"]["torch"] == torch.__version__
     assert loaded["environment"]["tuning_cache"] == "off"  # tests/conftest.py turns it off
     assert loaded["environment"].get("peers", {}) == harness.installed_versions(harness.PEER_DISTRIBUTIONS)
-    assert harness.installed_versions(["torch", "no-such-distribution"]) == {"torch": str(torch.__version__)}
+    # the distribution's own version (a CUDA build's torch.__version__ adds a local tag: "+cu130")
+    assert harness.installed_versions(["torch", "no-such-distribution"]) == {"torch": importlib.metadata.version("torch")}
     assert len(loaded["results"]) == len(rows)
     with open(json_path.with_suffix(".csv")) as f:
         records = list(csv.DictReader(f))

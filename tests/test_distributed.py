@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import rel_err
+from helpers import fp32_matmul_precision, rel_err
 
 from fusedmlp.dlrm.train import add_train_arguments, train
 
@@ -168,7 +168,8 @@ def test_copy_engine_exchange_on_gpus():
 def test_one_buffer_finds_gradients_that_lie_back_to_back():
     """``one_buffer`` (what lets DataParallel.reduce_early all-reduce a module's gradients in
     place): a flat view over views that tile one buffer, in any order; None for a gap, an
-    overlap, separate tensors or mixed dtypes; and the fused MLP's gradients are such views."""
+    overlap, separate tensors or mixed dtypes; and the fused MLP's gradients are such views (on a GPU
+    at fp32 precision "high", where the fused kernels run the fp32 stack)."""
     from fusedmlp import FusedMLP
     from fusedmlp.dlrm.parallel import one_buffer
 
@@ -182,7 +183,8 @@ def test_one_buffer_finds_gradients_that_lie_back_to_back():
     assert one_buffer([flat[:6], flat.view(torch.int32)[6:]]) is None  # two dtypes
     device = "cuda" if torch.cuda.is_available() else "cpu"
     mlp = FusedMLP((13, 24, 8, 1), activation="relu").to(device)
-    mlp(torch.randn(20, 13, device=device)).sum().backward()
+    with fp32_matmul_precision("high"):  # at "highest" a GPU's fp32 stack runs per layer on cuBLAS
+        mlp(torch.randn(20, 13, device=device)).sum().backward()
     grads = [p.grad for p in mlp.parameters()]
     view = one_buffer(grads)
     if device == "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
