@@ -1,12 +1,14 @@
-"""SwiGLU's store-mode dh: g = gy @ Wd on the ping-pong kernel's tile against cuBLAS g + the stream, in CUDA graphs.
+"""SwiGLU's store-mode dh: g = gy @ Wd on a ping-pong kernel's tile against cuBLAS g + the stream, in CUDA graphs.
 
     python benchmarks/glu_dh_pingpong_sweep.py [D,D... CONFIG ...]     (writes $OUT/glu_dh_pingpong_sweep.json)
 
 For each shape (tokens, d, hidden): the two-step path (``g = gy @ Wd`` on cuBLAS, then the
-stream kernel forming dh and z), the bare cuBLAS product alone, and the ping-pong kernel with
-each config (BLOCK_M x BLOCK_N, stages, GROUP_M), checked against the two-step path first (max
-abs difference of dh and z: g is rounded to bf16 on the two-step path only). Arguments: only
-the shapes of the named d's, and only the named configs.
+stream kernel forming dh and z), the bare cuBLAS product alone, and the ping-pong kernels with
+each config: ``n...`` the 128 x 64 kernel (``glu_bwd_dh_pingpong_kernel``), ``w...`` the
+128 x 128 one with the epilogue in column halves (``glu_bwd_dh_wide_pingpong_kernel``), named
+BLOCK_M x BLOCK_N, stages, GROUP_M; each checked against the two-step path first (max abs
+difference of dh and z: g is rounded to bf16 on the two-step path only). Arguments: only the
+shapes of the named d's, and only the named configs.
 """
 import sys
 import torch
@@ -14,10 +16,11 @@ import fusedmlp.ops._common as common
 import fusedmlp.ops.glu as glu_ops
 from fusedmlp.bench.harness import graph_us, print_sweep_row, write_sweep
 
-base = dict(glu_ops.GLU_DH_PINGPONG_CONFIG)
-cfgs = {f"{m}x{n}s{s}g{g}": dict(BLOCK_M=m, BLOCK_N=n, STAGES=s, GROUP_M=g)
-        for m, n, s, g in [(128, 64, 4, 8), (128, 64, 3, 8), (64, 128, 4, 8), (64, 128, 3, 8), (128, 64, 5, 8),
-                           (128, 64, 4, 1), (128, 64, 5, 1), (64, 128, 4, 1)]}
+bases = {"n": dict(glu_ops.GLU_DH_PINGPONG_CONFIG), "w": dict(glu_ops.GLU_DH_WIDE_PINGPONG_CONFIG)}
+max_ks = {"n": 1 << 30, "w": 0}  # the narrow kernel's limit: which of the two runs
+cfgs = {f"{kind}{m}x{n}s{s}g{g}": (kind, dict(BLOCK_M=m, BLOCK_N=n, STAGES=s, GROUP_M=g))
+        for kind, m, n, s, g in [("n", 128, 64, 5, 1), ("n", 128, 64, 4, 8), ("w", 128, 128, 4, 8),
+                                 ("w", 128, 128, 4, 16), ("w", 128, 128, 4, 1), ("w", 128, 128, 3, 8)]}
 SHAPES = [(16384, 512, 1792), (16384, 1024, 2816), (16384, 2048, 5632), (16384, 4096, 14336)]
 if len(sys.argv) > 1:
     SHAPES = [s for s in SHAPES if str(s[1]) in sys.argv[1].split(",")]
@@ -39,13 +42,15 @@ for tokens, d, hidden in SHAPES:
     r["cublas_g_stream"] = graph_us(call)
     ref_dh, _, ref_z = call()
     common.PINGPONG = True
-    for name, c in cfgs.items():
-        glu_ops.GLU_DH_PINGPONG_CONFIG = dict(base, **c)
+    for name, (kind, c) in cfgs.items():
+        glu_ops.GLU_DH_PINGPONG_CONFIG, glu_ops.GLU_DH_WIDE_PINGPONG_CONFIG = bases["n"], bases["w"]
+        setattr(glu_ops, "GLU_DH_PINGPONG_CONFIG" if kind == "n" else "GLU_DH_WIDE_PINGPONG_CONFIG",
+                dict(bases[kind], **c))
+        glu_ops.GLU_DH_PINGPONG_MAX_K = max_ks[kind]
         dh, _, z = call()
         r[name + "_maxdiff"] = max((dh.float() - ref_dh.float()).abs().max().item(),
                                    (z.float() - ref_z.float()).abs().max().item())
         r[name] = graph_us(call)
-    glu_ops.GLU_DH_PINGPONG_CONFIG = base
     rows.append(r)
     print_sweep_row(r)
 write_sweep("glu_dh_pingpong_sweep", rows)

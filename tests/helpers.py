@@ -296,7 +296,7 @@ def desc(name):  # the main loop's left operands (x, LoRA's xs, dpre, d_xa), [K,
     rows, cols = (("BLOCK_M", "BLOCK_K") if name in ("x_desc", "gy_desc", "xs_desc", "dpre_in_desc", "d_xa_desc")
                   else ("BLOCK_K", "BLOCK_N") if name in ("wd_desc", "w_kn_desc", "lora_a_desc")
                   else ("BLOCK_N", "BLOCK_K") if name.startswith("w") or name == "lora_b_desc"
-                  else ("BLOCK_M", "BLOCK_N"))
+                  else ("BLOCK_M", "EPILOGUE_N" if "EPILOGUE_N" in config else "BLOCK_N"))
     block = [config[rows] * (2 if rows == "BLOCK_M" and cols == "BLOCK_K" and config.get("COOPERATIVE") else 1),
              config[cols]]
     layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)

@@ -397,7 +397,10 @@ def test_tma_kernels(device, monkeypatch, dtype, recompute, bias):
 def test_pingpong_kernel_compiles_for_hopper():
     """The Gluon ping-pong GLU forward compiles for sm_90a with the installed Triton (GEGLU's
     and SwiGLU's activations, h stored and not; its cooperative forms too), and so do the backward's dh kernels: h
-    recomputed on the tile (with a bias and without), and h kept with g formed on the tile (z stored and not).
+    recomputed on the tile (with a bias and without), and h kept with g formed on the tile (z stored and not), on
+    128 x 64 tiles and on 128 x 128 with the epilogue in halves (with silu, SwiGLU's, no stack at all: the halves'
+    row halves keep a thread's live values under its registers; gelu_tanh without z has 64 bytes on Triton 3.9).
+
     The recompute dh kernel's epilogue order keeps ptxas's stack small with GEGLU's activation
     (benchmarks/NOTES.md, "Spills in the epilogues": at most 24 bytes with Triton 3.6 and 0 with 3.9, where the
     order before had 72 with a bias and 200 without. With a bias on 3.6 silu has 24 and gelu_tanh 16, but one
@@ -414,6 +417,10 @@ def test_pingpong_kernel_compiles_for_hopper():
     compile_pingpong_for_hopper("glu", "glu_bwd_dh_recompute_pingpong_kernel", "GLU_DH_RECOMPUTE_PINGPONG_CONFIG",
                                 [a for a in ACTIVATIONS if a not in ("gelu_tanh", "silu")])
     compile_pingpong_for_hopper("glu", "glu_bwd_dh_pingpong_kernel", "GLU_DH_PINGPONG_CONFIG", ["silu", "gelu_tanh"])
+    for activations in (["silu", "gelu_tanh"], ["gelu_tanh", "silu"]):  # each with z stored and not
+        facts = compile_pingpong_for_hopper("glu", "glu_bwd_dh_wide_pingpong_kernel", "GLU_DH_WIDE_PINGPONG_CONFIG",
+                                            activations)
+        assert facts["silu/bias"]["stack"] in (None, 0), facts  # SwiGLU's (the kernel takes no bias)
 
 
 @pytest.mark.gpu

@@ -184,15 +184,22 @@ def test_store_backward_allocates_no_dh():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("wide", [False, True], ids=["128x64", "128x128"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-def test_pingpong_backward_on_gpu(monkeypatch, dtype):
+def test_pingpong_backward_on_gpu(monkeypatch, dtype, wide):
     """The store mode's dh with g = gy @ W_down formed on the ping-pong kernel's tile (compute
     capability 9.0), on 3 SMs (several tiles per program; partial row, column and K tiles):
     dh and z against float64 into new tensors and in place (dh over h, z over a scratch),
-    with z and without; then swiglu's gradients end to end, with and without W_down's."""
+    with z and without; then swiglu's gradients end to end, with and without W_down's. Both
+    kernels: 128 x 64 tiles of g (the short K's), and 128 x 128 with the epilogue in column
+    halves (the long K's; forced here by a limit of 0 for the narrow one). hidden = 392 ends
+    the last 128-column tile in its first half (its second half's columns are all past OUT)."""
     import fusedmlp.ops.glu as glu_ops
 
     kernels = recording_pingpong_launches(monkeypatch)
+    if wide:
+        monkeypatch.setattr(glu_ops, "GLU_DH_PINGPONG_MAX_K", 0)
+    dh_kernel = glu_ops.glu_bwd_dh_wide_pingpong_kernel if wide else glu_ops.glu_bwd_dh_pingpong_kernel
     rows, dim, hidden = 1000, 200, 392
     gy, x, w_gate, w_up = (torch.randn(*shape, dtype=torch.float64) for shape in
                            [(rows, dim), (rows, dim), (hidden, dim), (hidden, dim)])
@@ -214,11 +221,11 @@ def test_pingpong_backward_on_gpu(monkeypatch, dtype):
                 assert rel_err(z, z_ref) < TOLERANCE[dtype], what
                 if in_place:
                     assert z.data_ptr() == z_out.data_ptr(), what
-    assert kernels.count(glu_ops.glu_bwd_dh_pingpong_kernel) == 4, "the dh kernel with g on the tile did not run"
+    assert kernels.count(dh_kernel) == 4, "the dh kernel with g on the tile did not run"
     for lead_shape, grads in [((1000,), (True,) * 4), ((3, 111), (True, True, True, False))]:
         tensors, g = make_inputs(lead_shape, dim, hidden, "cuda", grads=grads)
         run_check(tensors, g, dtype, False, f"ping-pong dh {lead_shape}")
-    assert kernels.count(glu_ops.glu_bwd_dh_pingpong_kernel) == 6
+    assert kernels.count(dh_kernel) == 6
 
 
 @pytest.mark.parametrize("recompute,expected", [(True, "x"), (False, "h,x")])

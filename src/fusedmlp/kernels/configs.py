@@ -321,11 +321,21 @@ GLU_WIDE_COOPERATIVE_CONFIG = dict(GLU_COOPERATIVE_CONFIG, BLOCK_M=64, BLOCK_N=1
 # 128 x 64 tiles and 5 stages fill the shared memory. At d = 512 and 1024 (the main loop short,
 # the epilogue's traffic the bound) it beat cuBLAS's g plus the stream by 21% / 6% on an H200;
 # 5 stages beat 4 and 3, and the row-major tile order (GROUP_M 1) beat 8 there
-# (benchmarks/NOTES.md, "SwiGLU's dh with g on the tile"). GLU_DH_PINGPONG_MAX_K: beyond it
-# the small tiles' main loop falls behind cuBLAS (1.08x the two steps at d = 2048).
+# (benchmarks/NOTES.md, "SwiGLU's dh with g on the tile"). GLU_DH_PINGPONG_MAX_K: beyond it the
+# 128 x 128 kernel below.
 GLU_DH_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "STAGES": 5, "GROUP_M": 1,
                           "CONSUMER_REGS": 232, "LOADER_REGS": 40, "num_warps": 4, "maxnreg": 168}
-GLU_DH_PINGPONG_MAX_K = 1024
+GLU_DH_PINGPONG_MAX_K = 512
+# Beyond GLU_DH_PINGPONG_MAX_K: 128 x 128 tiles of g (a third fewer L2 reads per output than
+# 128 x 64) with the same three [128, 64] buffers per consumer, the epilogue in two column
+# halves (EPILOGUE_N: the block of h, dh and z), 4 stages of 32 KB: 224 KB of shared memory.
+# H100, bf16, 16384 tokens, us in CUDA graphs (benchmarks/NOTES.md, "SwiGLU's dh on 128 x 128
+# tiles"): d = 512 / 1024 / 2048 / 4096: this 132.5 / 259.9 / 803.8 / 3453.6, the 128 x 64
+# kernel 131.5 / 297.7 / 1077.0 / 6088.2, cuBLAS's g plus the stream 179.3 / 333.2 / 925.5 /
+# 3649.3; GROUP_M 8 beat 16 and 1 from d = 2048 (1 was 1.3% faster at 1024), 4 stages beat 3.
+GLU_DH_WIDE_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "EPILOGUE_N": 64, "STAGES": 4,
+                               "GROUP_M": 8, "CONSUMER_REGS": 232, "LOADER_REGS": 40, "num_warps": 4,
+                               "maxnreg": 168}
 # The recompute mode's dh (h recomputed by the GLU forward's main loop, g read, dh1 and dh2
 # written over g's buffer and a second one per consumer): the forward's 128 x 64 tiles per
 # weight, 4 stages, GROUP_M 16. On an H200 (GEGLU bf16 with bias) 4 stages beat 5 by up to 5%,

@@ -27,7 +27,8 @@ host. Partial db sums are reduced on the host in a fixed order: no atomics, so d
 same bits on every run. With h stored (the store mode), the work is a pure stream over g
 and h, and ``glu_bwd_stream_kernel`` does it, in place when the caller allows; with h stored
 and g = gy @ Wd, ``glu_bwd_dh_pingpong_kernel`` (Hopper) forms g on the tile and reads h
-there, so g never reaches memory.
+there, so g never reaches memory (``glu_bwd_dh_wide_pingpong_kernel``: the same on tiles
+twice as wide, for a long KG).
 
 The kernels come in two forms with one epilogue: pointer-based (any strides; the
 interpreter, fp32/fp64 and pre-Hopper GPUs; one program per tile) and ``*_tma`` (tensor
@@ -46,7 +47,8 @@ from triton.experimental.gluon import language as gl
 from .activations import activation, activation_value_and_grad
 from .gemm import persistent_tile, stream_row_block, tile_indices, xwT_mainloop, xwT_mainloop_tma
 from .pingpong import (
-    consumer_barriers, pingpong_consumer, pingpong_glu_dh_consumer, pingpong_loader, pingpong_setup,
+    consumer_barriers, pingpong_consumer, pingpong_glu_dh_consumer, pingpong_glu_dh_wide_consumer, pingpong_loader,
+    pingpong_setup,
 )
 
 
@@ -312,6 +314,29 @@ def glu_bwd_dh_pingpong_kernel(
         (pingpong_glu_dh_consumer, (h1_desc, h2_desc, dh1_desc, dh1_desc, dh1_desc, dh2_desc, z_desc, dh1_desc,
                                     a_bufs, b_bufs, c_bufs, ready, empty, turn, h_ready, M, OUT, KG,
                                     1, ACT, False, False, STORE_Z, GROUP_M, STAGES)),
+        (pingpong_loader, (gy_desc, wd_desc, wd_desc, a_bufs, b_bufs, ready, empty, M, OUT, KG, GROUP_M, STAGES,
+                           False, True, gy_desc, wd_desc, 0)),
+    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+
+
+@gluon.jit
+def glu_bwd_dh_wide_pingpong_kernel(
+    gy_desc, wd_desc, h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc,
+    M, OUT, KG,
+    ACT: gl.constexpr, STORE_Z: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: GLU_DH_WIDE_PINGPONG_CONFIG
+):
+    """``glu_bwd_dh_pingpong_kernel`` on tiles of g twice as wide as h's and dh's descriptor
+    blocks (``[BLOCK_K, 2 * HALF_N]`` tiles of Wd, ``[BLOCK_M, HALF_N]`` of h, dh and z), the
+    epilogue in two column halves (``pingpong_glu_dh_wide_consumer``): for a long KG, where
+    the narrow tiles' main loop reads too much from L2 to keep up with cuBLAS."""
+    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(gy_desc, wd_desc, dh1_desc, STAGES, False, 3, False)
+    h_ready = consumer_barriers()
+    gl.warp_specialize([
+        (pingpong_glu_dh_wide_consumer, (h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, a_bufs, b_bufs, c_bufs,
+                                         ready, empty, turn, h_ready, M, OUT, KG, 0, ACT, STORE_Z, GROUP_M, STAGES)),
+        (pingpong_glu_dh_wide_consumer, (h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, a_bufs, b_bufs, c_bufs,
+                                         ready, empty, turn, h_ready, M, OUT, KG, 1, ACT, STORE_Z, GROUP_M, STAGES)),
         (pingpong_loader, (gy_desc, wd_desc, wd_desc, a_bufs, b_bufs, ready, empty, M, OUT, KG, GROUP_M, STAGES,
                            False, True, gy_desc, wd_desc, 0)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])

@@ -51,7 +51,9 @@ y = x1 * act(x2)) and ``lora_dgrad_pingpong_kernel`` (lora.py: LoRA's backward
 dx = dpre @ W + d_xa @ A, W read as ``[K, N]`` tiles, the low-rank term as tail steps); ``pingpong_glu_dh_consumer``
 the GLU backward's dh, with h recomputed on the tile (``glu_bwd_dh_recompute_pingpong_kernel``,
 only x saved) or with h kept and g = gy @ Wd formed on the tile
-(``glu_bwd_dh_pingpong_kernel``, SwiGLU); ``pingpong_dpre_consumer`` the linear layer's
+(``glu_bwd_dh_pingpong_kernel``, SwiGLU), and ``pingpong_glu_dh_wide_consumer`` the latter on
+tiles of g twice as wide as its buffers, the epilogue in column halves
+(``glu_bwd_dh_wide_pingpong_kernel``); ``pingpong_dpre_consumer`` the linear layer's
 backward dpre with the pre-activation recomputed on the tile
 (``linear_act_dpre_recompute_pingpong_kernel``, only x saved).
 Only for CUDA GPUs of compute capability 9.0 and 16-bit inputs (ops/_common.py
@@ -224,6 +226,18 @@ def split_column_halves(acc, half_layout: gl.constexpr):
     left, right = acc.reshape([BLOCK_M, 2, HALF]).permute((0, 2, 1)).split()
     return (gl.convert_layout(left, half_layout, assert_trivial=True),
             gl.convert_layout(right, half_layout, assert_trivial=True))
+
+
+@gluon.jit
+def split_row_halves(acc, half_layout: gl.constexpr):
+    """acc[:m] and acc[m:] of a [2m, N] accumulator (m = 64: one row block of the four warps),
+    each in ``half_layout``. In the wgmma layout the warpgroup covers 64 rows and a thread
+    holding row r also holds row r + 64, in registers: nothing moves (as split_column_halves)."""
+    HALF: gl.constexpr = acc.shape[0] // 2
+    BLOCK_N: gl.constexpr = acc.shape[1]
+    top, bottom = acc.reshape([2, HALF, BLOCK_N]).permute((1, 2, 0)).split()
+    return (gl.convert_layout(top, half_layout, assert_trivial=True),
+            gl.convert_layout(bottom, half_layout, assert_trivial=True))
 
 
 @gluon.jit
@@ -400,6 +414,84 @@ def pingpong_glu_dh_consumer(
             partial_ptrs = db_partial_ptr + (row_start // BLOCK_M).to(gl.int64) * (2 * N) + cols
             gl.store(partial_ptrs, gl.sum(dh1, axis=0), mask=cols < N)
             gl.store(partial_ptrs + N, gl.sum(dh2, axis=0), mask=cols < N)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def glu_dh_from_buffers(g, x1_buf, x2_buf, z_buf, ACT: gl.constexpr, STORE_Z: gl.constexpr):
+    """The kept-h GLU epilogue of a [2m, N] tile of g: with x1 and x2 in ``x1_buf`` and
+    ``x2_buf`` (shared memory), writes dh1 = g * act(x2) over x1 and dh2 = g * x1 * act'(x2)
+    over x2 (each thread the elements it read) and, with STORE_Z, z = x1 * act(x2) into
+    ``z_buf``. In two row halves: a thread holds g (N / 2 values of each half), and the x1, x2
+    and outputs of one half at a time, where a whole tile's would not fit its registers."""
+    ROWS: gl.constexpr = g.shape[0] // 2
+    row_layout: gl.constexpr = accumulator_layout(g.shape[1])
+    g_rows = split_row_halves(g, row_layout)
+    for part in gl.static_range(2):
+        g_part = g_rows[part]
+        x1 = x1_buf.slice(part * ROWS, ROWS).load(row_layout).to(gl.float32)
+        x2 = x2_buf.slice(part * ROWS, ROWS).load(row_layout).to(gl.float32)
+        act_x2, act_grad_x2 = activation_value_and_grad(x2, ACT)
+        x1_buf.slice(part * ROWS, ROWS).store((g_part * act_x2).to(x1_buf.dtype))
+        x2_buf.slice(part * ROWS, ROWS).store((g_part * x1 * act_grad_x2).to(x2_buf.dtype))
+        if STORE_Z:
+            z_buf.slice(part * ROWS, ROWS).store((x1 * act_x2).to(z_buf.dtype))
+
+
+@gluon.jit
+def pingpong_glu_dh_wide_consumer(
+    h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, a_bufs, b_bufs, c_bufs, ready, empty, turn, h_ready,
+    M, N, K,
+    CONSUMER: gl.constexpr, ACT: gl.constexpr, STORE_Z: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+):
+    """Consumer warpgroup ``CONSUMER`` of a GLU's backward dh with h kept and g = gy @ Wd
+    formed on a tile twice as wide as the epilogue's buffers (``pingpong_glu_dh_consumer``'s
+    formulas without RECOMPUTE and bias). Each consumer has three ``[BLOCK_M, HALF_N]``
+    buffers (x1 and x2 in, dh1, dh2 and z out), what a 128 x 64 tile of g needs; a 128 x 128
+    tile (``TILE_N`` = 2 * HALF_N, from the ring's ``[BLOCK_K, TILE_N]`` weight tiles) halves
+    the main loop's L2 traffic per output at the same shared memory. So the epilogue runs
+    in two column halves: h's tiles for columns ``0 .. HALF_N`` are copied in before the main
+    loop (hidden by it), the first half's outputs go out, and once dh1 and dh2 have left the
+    buffers (z may still be leaving) the second half's h is copied in and the same follows.
+    That copy is a stall of this consumer only; the other consumer's main loop runs under it.
+    The in-place rule holds: a tile reads each half of h before writing dh over it.
+    """
+    BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
+    BLOCK_K: gl.constexpr = a_bufs.type.shape[2]
+    TILE_N: gl.constexpr = b_bufs.type.shape[2]
+    HALF_N: gl.constexpr = dh1_desc.block_type.shape[1]
+    gl.static_assert(TILE_N == 2 * HALF_N, "the tile of g is two epilogue halves wide")
+    x1_buf = c_bufs.index(3 * CONSUMER)
+    x2_buf = c_bufs.index(3 * CONSUMER + 1)
+    z_buf = c_bufs.index(3 * CONSUMER + 2)
+    bar = h_ready.index(CONSUMER)
+    h_bytes: gl.constexpr = 2 * h1_desc.block_type.nbytes
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    for i in range(CONSUMER, program_tiles(M, N, BLOCK_M, TILE_N), 2):
+        row_start, col_start = tile_start(i, M, N, BLOCK_M, TILE_N, GROUP_M)
+        tma.store_wait(0)  # the previous tile's stores have read the buffers
+        mbarrier.expect(bar, h_bytes)
+        _tma_load(h1_desc, [row_start, col_start], bar, x1_buf)
+        _tma_load(h2_desc, [row_start, col_start], bar, x2_buf)
+        g = pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, True,
+                              accumulator_layout(TILE_N), False)
+        g_halves = split_column_halves(g, accumulator_layout(HALF_N))
+        for half in gl.static_range(2):
+            half_col = col_start + half * HALF_N
+            if half == 1:
+                tma.store_wait(1 if STORE_Z else 0)  # dh1 and dh2 have left x1_buf and x2_buf
+                mbarrier.expect(bar, h_bytes)
+                _tma_load(h1_desc, [row_start, half_col], bar, x1_buf)
+                _tma_load(h2_desc, [row_start, half_col], bar, x2_buf)
+            mbarrier.wait(bar, half)  # the barrier completes twice per tile: phases 0, 1
+            if half == 1:
+                tma.store_wait(0)  # the first half's z has left z_buf
+            glu_dh_from_buffers(g_halves[half], x1_buf, x2_buf, z_buf, ACT, STORE_Z)
+            fence_async_shared()
+            _tma_store(dh1_desc, [row_start, half_col], x1_buf)
+            _tma_store(dh2_desc, [row_start, half_col], x2_buf)
+            if STORE_Z:
+                _tma_store(z_desc, [row_start, half_col], z_buf)
     tma.store_wait(0)
 
 

@@ -358,13 +358,15 @@ def launch_pingpong(kernel, config: dict, m: int, n: int, sms: int, x_descs: dic
     BLOCK_K]``, of ``[n, k]`` weights ``[BLOCK_N, BLOCK_K]``, of the outputs (and anything of
     their shape) ``[BLOCK_M, BLOCK_N]``, and of ``[k, n]`` weights ``[BLOCK_K, BLOCK_N]``.
     With ``COOPERATIVE`` (BLOCK_M rows per consumer, both consumers on each tile) a tile and
-    its x tiles have ``2 * BLOCK_M`` rows."""
+    its x tiles have ``2 * BLOCK_M`` rows. ``EPILOGUE_N`` (default BLOCK_N): the outputs'
+    block width, for a kernel whose epilogue takes a tile in column pieces."""
     meta = dict(config)
     block_m, block_n, block_k = (meta.pop(name) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    epilogue_n = meta.pop("EPILOGUE_N", block_n)
     tile_m = 2 * block_m if meta.get("COOPERATIVE") else block_m
     kn_descs = kn_descs or {}
     blocks = {**dict.fromkeys(x_descs, (tile_m, block_k)), **dict.fromkeys(w_descs, (block_n, block_k)),
-              **dict.fromkeys(out_descs, (block_m, block_n)), **dict.fromkeys(kn_descs, (block_k, block_n))}
+              **dict.fromkeys(out_descs, (block_m, epilogue_n)), **dict.fromkeys(kn_descs, (block_k, block_n))}
     grid = (min(sms, cdiv(m, tile_m) * cdiv(n, block_n)),)
     launch(kernel, grid, **x_descs, **w_descs, **out_descs, **kn_descs, **kwargs, **meta, descriptor_blocks=blocks)
 

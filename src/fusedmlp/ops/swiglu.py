@@ -11,10 +11,10 @@ the tile).
 Backward, with gy = dL/dy: the pair ``[d_up | d_gate] = [g * silu(gate) | g * up * silu'(gate)]``
 of the down projection's input gradient ``g = gy @ w_down`` is formed by one fused kernel
 (``glu_backward_dh``) and written once as ``dh [M, 2*hidden]``, together with ``z`` for
-``dW_down = gy.T @ z``. With h kept (the default), on Hopper with d <= 1024 (16-bit, aligned)
-g is formed on the tile of a ping-pong kernel that reads h there
-(``glu_bwd_dh_pingpong_kernel``); elsewhere g is a cuBLAS product and the kernel streams g
-and h. With h recomputed the kernel forms g on the tile (G_GEMM) beside the recomputed
+``dW_down = gy.T @ z``. With h kept (the default), on Hopper (16-bit, aligned) g is formed
+on the tile of a ping-pong kernel that reads h there (``glu_bwd_dh_pingpong_kernel`` on
+128 x 64 tiles up to d = 512, ``glu_bwd_dh_wide_pingpong_kernel`` on 128 x 128 beyond);
+elsewhere g is a cuBLAS product and the kernel streams g and h. With h recomputed the kernel forms g on the tile (G_GEMM) beside the recomputed
 products. Then cuBLAS: ``[dW_up; dW_gate] = dh.T @ x`` (one product),
 ``dx = d_up @ w_up + d_gate @ w_gate``.
 
@@ -30,13 +30,15 @@ differentiated once (a second backward with ``retain_graph=True`` raises). In
 recompute mode, and under torch.compile (custom ops do not mutate their inputs), dh, z (and
 g) are new tensors, one row chunk at a time (up to 4 chunks when they would exceed 256 MiB).
 
-Why g on the tile only up to d = 1024 when h is kept: the dh kernel's consumers hold g and
-three output tiles, which leaves room for 128 x 64 tiles only. Where the short main loop
-leaves the kernel bound by its traffic (d = 512, 1024) it beat cuBLAS's g plus the stream
-(16384 tokens, H200: 116 against 147 us at d=512, 272 against 290 at d=1024); at d = 2048
-the small tiles' main loop fell behind (benchmarks/NOTES.md, "SwiGLU's dh with g on the
-tile"). The Triton form of the same (with h recomputed: three accumulators) ran at a fraction
-of cuBLAS's speed (d=512: 285 us against 41 us for the product plus about 70 for the stream).
+Why two kernels for g on the tile when h is kept: a consumer holds g and three buffers of
+its tile's size (h's halves in; dh's halves and z out), which leaves room for 128 x 64 tiles;
+at d = 2048 and beyond their main loop fell behind cuBLAS (benchmarks/NOTES.md, "SwiGLU's dh
+with g on the tile"). The 128 x 128 kernel keeps the same three [128, 64] buffers and runs its
+epilogue in two column halves; from d = 1024 it is the faster of the two, and against cuBLAS's
+g plus the stream it saves 4.8-22% of the dh step (16384 tokens, H100 and H200;
+benchmarks/NOTES.md, "SwiGLU's dh on 128 x 128 tiles"). The Triton form of the same (with h
+recomputed: three accumulators) ran at a fraction of cuBLAS's speed (d=512: 285 us against
+41 us for the product plus about 70 for the stream).
 
 Memory modes: ``recompute=False`` (default) keeps ``h = [up | gate]`` ([..., 2*hidden], as
 eager PyTorch and torch.compile keep the two products) and the backward kernel reads it;

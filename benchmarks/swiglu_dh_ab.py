@@ -1,0 +1,87 @@
+"""SwiGLU's fwd+bwd step with the store backward's dh formed on a ping-pong kernel's tile
+(the library's path) against the same step with dh from cuBLAS's g plus the stream kernel
+(the path before the 128 x 128 dh kernel, forced by declining the ping-pong dh kernel), and
+torch.compile's step, side by side in one process.
+
+    python benchmarks/swiglu_dh_ab.py [TOKENSxDxHIDDEN ...]   (default 16384x4096x14336 16384x2048x5632 16384x1024x2816)
+
+Per shape: each variant warmed up (compile compiles), then 4 alternating rounds of 10 steps,
+each step timed with CUDA events (at these shapes the GPU is the bound, not the host); a
+variant's time is the median over its 40 steps. Also names the dh kernel the library's step
+launched (torch.profiler). Prints one JSON line per shape and writes $OUT/swiglu_dh_ab.json.
+"""
+import json
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import fusedmlp
+import fusedmlp.ops.glu as glu_ops
+from fusedmlp.bench.harness import write_sweep
+
+shapes = [tuple(int(v) for v in s.split("x")) for s in (sys.argv[1:] or ["16384x4096x14336", "16384x2048x5632", "16384x1024x2816"])]
+real_eligible = glu_ops.pingpong_eligible
+
+
+def without_dh_kernel(*tensors):
+    """pingpong_eligible, but False for the h-kept dh kernel's operands (g, Wd, h, dh1, dh2, z)."""
+    g, wd, h = tensors[:3]
+    if len(tensors) == 6 and wd.shape[0] == g.shape[1] and h.shape[1] == 2 * wd.shape[1]:
+        return False
+    return real_eligible(*tensors)
+
+
+def step_times(step, steps):
+    times = []
+    for _ in range(steps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        stop.record()
+        times.append((start, stop))
+    torch.cuda.synchronize()
+    return [a.elapsed_time(b) for a, b in times]
+
+
+rows = []
+for tokens, d, hidden in shapes:
+    torch.manual_seed(0)
+    dt = torch.bfloat16
+    x = torch.randn(tokens, d, device="cuda", dtype=dt, requires_grad=True)
+    weights = [(torch.randn(*shape, device="cuda", dtype=dt) / shape[1] ** 0.5).requires_grad_()
+               for shape in [(hidden, d), (hidden, d), (d, hidden)]]
+    gy = torch.randn(tokens, d, device="cuda", dtype=dt)
+    wrt = [x, *weights]
+    compiled = torch.compile(lambda *a: torch.nn.functional.linear(
+        torch.nn.functional.silu(torch.nn.functional.linear(a[0], a[1])) * torch.nn.functional.linear(a[0], a[2]),
+        a[3]))
+
+    def fused_step():
+        return torch.autograd.grad(fusedmlp.swiglu(x, *weights), wrt, gy)
+
+    variants = {
+        "fused": (fused_step, real_eligible),
+        "fused_stream_dh": (fused_step, without_dh_kernel),
+        "compile": (lambda: torch.autograd.grad(compiled(x, *weights), wrt, gy), real_eligible),
+    }
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fused_step()
+        torch.cuda.synchronize()
+    dh_kernels = sorted({e.name for e in prof.events() if "glu_bwd" in e.name})
+    times = {name: [] for name in variants}
+    for round_ in range(5):  # round 0 warms up
+        for name in (variants if round_ % 2 else list(variants)[::-1]):
+            step, eligible = variants[name]
+            glu_ops.pingpong_eligible = eligible
+            measured = step_times(step, 3 if round_ == 0 else 10)
+            if round_:
+                times[name] += measured
+            glu_ops.pingpong_eligible = real_eligible
+    row = dict(shape=[tokens, d, hidden], dh_kernels=dh_kernels,
+               **{f"{name}_ms": sorted(t)[len(t) // 2] for name, t in times.items()})
+    row["fused/compile"] = row["fused_ms"] / row["compile_ms"]
+    row["fused_stream_dh/compile"] = row["fused_stream_dh_ms"] / row["compile_ms"]
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+write_sweep("swiglu_dh_ab", rows)
