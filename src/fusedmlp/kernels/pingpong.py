@@ -448,8 +448,8 @@ def pingpong_glu_dh_wide_consumer(
     formed on a tile twice as wide as the epilogue's buffers (``pingpong_glu_dh_consumer``'s
     formulas without RECOMPUTE and bias). Each consumer has three ``[BLOCK_M, HALF_N]``
     buffers (x1 and x2 in, dh1, dh2 and z out), what a 128 x 64 tile of g needs; a 128 x 128
-    tile (``TILE_N`` = 2 * HALF_N, from the ring's ``[BLOCK_K, TILE_N]`` weight tiles) halves
-    the main loop's L2 traffic per output at the same shared memory. So the epilogue runs
+    tile (``TILE_N`` = 2 * HALF_N, from the ring's ``[BLOCK_K, TILE_N]`` weight tiles) reads a
+    third less from L2 per output in the main loop, at the same shared memory. So the epilogue runs
     in two column halves: h's tiles for columns ``0 .. HALF_N`` are copied in before the main
     loop (hidden by it), the first half's outputs go out, and once dh1 and dh2 have left the
     buffers (z may still be leaving) the second half's h is copied in and the same follows.

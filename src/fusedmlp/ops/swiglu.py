@@ -14,8 +14,8 @@ of the down projection's input gradient ``g = gy @ w_down`` is formed by one fus
 ``dW_down = gy.T @ z``. With h kept (the default), on Hopper (16-bit, aligned) g is formed
 on the tile of a ping-pong kernel that reads h there (``glu_bwd_dh_pingpong_kernel`` on
 128 x 64 tiles up to d = 512, ``glu_bwd_dh_wide_pingpong_kernel`` on 128 x 128 beyond);
-elsewhere g is a cuBLAS product and the kernel streams g and h. With h recomputed the kernel forms g on the tile (G_GEMM) beside the recomputed
-products. Then cuBLAS: ``[dW_up; dW_gate] = dh.T @ x`` (one product),
+elsewhere g is a cuBLAS product and the kernel streams g and h. With h recomputed the
+kernel forms g on the tile (G_GEMM) beside the recomputed products. Then cuBLAS: ``[dW_up; dW_gate] = dh.T @ x`` (one product),
 ``dx = d_up @ w_up + d_gate @ w_gate``.
 
 Memory of the backward with h kept, in eager mode: dh is written over h, and z (and g where
