@@ -5,12 +5,16 @@ torch.compile's step, side by side in one process.
 
     python benchmarks/swiglu_dh_ab.py [TOKENSxDxHIDDEN ...]   (default 16384x4096x14336 16384x2048x5632 16384x1024x2816)
 
-Per shape: each variant warmed up (compile compiles), then 4 alternating rounds of 10 steps,
-each step timed with CUDA events (at these shapes the GPU is the bound, not the host); a
-variant's time is the median over its 40 steps. Also names the dh kernel the library's step
-launched (torch.profiler). Prints one JSON line per shape and writes $OUT/swiglu_dh_ab.json.
+Per shape: each variant warmed up (compile compiles), then ``harness.stepwise_ms`` rotated: 4
+rounds in each of which the variants take turns step by step, 10 steps each (the order rotated
+by one every time, so that all share the board's clock drift under the sustained load), each
+step timed alone with CUDA events after an L2 flush (at these shapes the GPU is the bound, not
+the host), the first of a round not counted; a variant's time is the median of its round
+medians (each round's are recorded too). Also names the dh kernel the library's step launched
+(torch.profiler). Prints one JSON line per shape and writes $OUT/swiglu_dh_ab.json.
 """
 import json
+import statistics
 import sys
 
 import torch
@@ -18,9 +22,10 @@ from torch.profiler import ProfilerActivity, profile
 
 import fusedmlp
 import fusedmlp.ops.glu as glu_ops
-from fusedmlp.bench.harness import write_sweep
+from fusedmlp.bench.harness import stepwise_ms, write_sweep
 
-shapes = [tuple(int(v) for v in s.split("x")) for s in (sys.argv[1:] or ["16384x4096x14336", "16384x2048x5632", "16384x1024x2816"])]
+shapes = [tuple(int(v) for v in s.split("x"))
+          for s in (sys.argv[1:] or ["16384x4096x14336", "16384x2048x5632", "16384x1024x2816"])]
 real_eligible = glu_ops.pingpong_eligible
 
 
@@ -32,16 +37,15 @@ def without_dh_kernel(*tensors):
     return real_eligible(*tensors)
 
 
-def step_times(step, steps):
-    times = []
-    for _ in range(steps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        step()
-        stop.record()
-        times.append((start, stop))
-    torch.cuda.synchronize()
-    return [a.elapsed_time(b) for a, b in times]
+def with_eligible(step, eligible):
+    """``step`` run with ``eligible`` as the GLU ops' pingpong_eligible."""
+    def run():
+        glu_ops.pingpong_eligible = eligible
+        try:
+            return step()
+        finally:
+            glu_ops.pingpong_eligible = real_eligible
+    return run
 
 
 rows = []
@@ -69,17 +73,15 @@ for tokens, d, hidden in shapes:
         fused_step()
         torch.cuda.synchronize()
     dh_kernels = sorted({e.name for e in prof.events() if "glu_bwd" in e.name})
-    times = {name: [] for name in variants}
-    for round_ in range(5):  # round 0 warms up
-        for name in (variants if round_ % 2 else list(variants)[::-1]):
-            step, eligible = variants[name]
-            glu_ops.pingpong_eligible = eligible
-            measured = step_times(step, 3 if round_ == 0 else 10)
-            if round_:
-                times[name] += measured
-            glu_ops.pingpong_eligible = real_eligible
+
+    steps = {name: with_eligible(step, eligible) for name, (step, eligible) in variants.items()}
+    for run in steps.values():  # warm-up (compile compiles)
+        for _ in range(3):
+            run()
+    rounds = stepwise_ms(steps, 4, 10, 1, True)
     row = dict(shape=[tokens, d, hidden], dh_kernels=dh_kernels,
-               **{f"{name}_ms": sorted(t)[len(t) // 2] for name, t in times.items()})
+               **{f"{name}_ms": statistics.median(ms) for name, ms in rounds.items()},
+               **{f"{name}_rounds_ms": ms for name, ms in rounds.items()})
     row["fused/compile"] = row["fused_ms"] / row["compile_ms"]
     row["fused_stream_dh/compile"] = row["fused_stream_dh_ms"] / row["compile_ms"]
     rows.append(row)
