@@ -20,7 +20,8 @@ bases = {"n": dict(glu_ops.GLU_DH_PINGPONG_CONFIG), "w": dict(glu_ops.GLU_DH_WID
 max_ks = {"n": 1 << 30, "w": 0}  # the narrow kernel's limit: which of the two runs
 cfgs = {f"{kind}{m}x{n}s{s}g{g}": (kind, dict(BLOCK_M=m, BLOCK_N=n, STAGES=s, GROUP_M=g))
         for kind, m, n, s, g in [("n", 128, 64, 5, 1), ("n", 128, 64, 4, 8), ("w", 128, 128, 4, 8),
-                                 ("w", 128, 128, 4, 16), ("w", 128, 128, 4, 1), ("w", 128, 128, 3, 8)]}
+                                 ("w", 128, 128, 4, 16), ("w", 128, 128, 4, 1), ("w", 128, 128, 3, 8),
+                                 ("w", 128, 128, 4, 4), ("w", 128, 128, 4, 6), ("w", 128, 128, 4, 12)]}
 SHAPES = [(16384, 512, 1792), (16384, 1024, 2816), (16384, 2048, 5632), (16384, 4096, 14336)]
 if len(sys.argv) > 1:
     SHAPES = [s for s in SHAPES if str(s[1]) in sys.argv[1].split(",")]
