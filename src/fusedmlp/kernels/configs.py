@@ -332,7 +332,8 @@ GLU_DH_PINGPONG_MAX_K = 512
 # H100, bf16, 16384 tokens, us in CUDA graphs (benchmarks/NOTES.md, "SwiGLU's dh on 128 x 128
 # tiles"): d = 512 / 1024 / 2048 / 4096: this 132.5 / 259.9 / 803.8 / 3453.6, the 128 x 64
 # kernel 131.5 / 297.7 / 1077.0 / 6088.2, cuBLAS's g plus the stream 179.3 / 333.2 / 925.5 /
-# 3649.3; GROUP_M 8 beat 16 and 1 from d = 2048 (1 was 1.3% faster at 1024), 4 stages beat 3.
+# 3649.3; GROUP_M 8 beat 16 and 1 from d = 2048 (1 was 1.3% faster at 1024), and 4, 6 and 12
+# there too (all within 2% at 1024; "Two backward probes"); 4 stages beat 3.
 GLU_DH_WIDE_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "EPILOGUE_N": 64, "STAGES": 4,
                                "GROUP_M": 8, "CONSUMER_REGS": 232, "LOADER_REGS": 40, "num_warps": 4,
                                "maxnreg": 168}
