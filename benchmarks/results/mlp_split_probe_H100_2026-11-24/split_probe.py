@@ -1,0 +1,312 @@
+"""Probe: DLRM's bottom MLP (13-512-256-64-16, relu) forward as a Gluon kernel whose row
+blocks are split over SPLIT programs along layer 1's columns, every weight tile TMA-loaded at
+the program's start, partials of layer 2 exchanged through memory (the last program of a
+row block, by an atomic counter, finishes). Timed against the library's kernel."""
+import os
+import sys
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+
+_tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
+_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+
+
+@gluon.constexpr_function
+def acc_layout(n):
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
+
+
+@gluon.jit
+def _relu(v):
+    return gl.maximum(v, 0.0)
+
+
+@gluon.jit
+def split_fwd_kernel(
+    x_ptr, w0_desc, b0_ptr, w1_desc, b1_ptr, w2_desc, b2_ptr, w3_desc, b3_ptr,
+    y_ptr, partial_ptr, counter_ptr, saved0_ptr, saved1_ptr, saved2_ptr,
+    M, stride_xm,
+    K0: gl.constexpr, K0_PAD: gl.constexpr, N0: gl.constexpr, N1: gl.constexpr, N2: gl.constexpr,
+    N3: gl.constexpr, N3_PAD: gl.constexpr,
+    SPLIT: gl.constexpr, SAVE: gl.constexpr, BLOCK_M: gl.constexpr, CHUNK: gl.constexpr, ASYNC: gl.constexpr = False, STOP: gl.constexpr = 0,
+):
+    N1S: gl.constexpr = N1 // SPLIT
+    CHUNKS: gl.constexpr = N0 // CHUNK
+    pid = gl.program_id(0)
+    row_block = pid // SPLIT
+    part = pid % SPLIT
+    row_start = row_block * BLOCK_M
+    dtype: gl.constexpr = w1_desc.dtype
+
+    w0_bufs = gl.allocate_shared_memory(dtype, [CHUNKS, CHUNK, K0_PAD], w0_desc.layout)
+    w1_bufs = gl.allocate_shared_memory(dtype, [CHUNKS, N1S, CHUNK], w1_desc.layout)
+    w2_buf = gl.allocate_shared_memory(dtype, [N2, N1S], w2_desc.layout)
+    w3_buf = gl.allocate_shared_memory(dtype, [N3_PAD, N2], w3_desc.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [CHUNKS + 2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(CHUNKS + 2):
+        mbarrier.init(bars.index(i), count=1)
+    fence_async_shared()
+    for c in gl.static_range(CHUNKS):
+        mbarrier.expect(bars.index(c), w0_desc.block_type.nbytes + w1_desc.block_type.nbytes)
+        _tma_load(w0_desc, [c * CHUNK, 0], bars.index(c), w0_bufs.index(c))
+        _tma_load(w1_desc, [part * N1S, c * CHUNK], bars.index(c), w1_bufs.index(c))
+    mbarrier.expect(bars.index(CHUNKS), w2_desc.block_type.nbytes)
+    _tma_load(w2_desc, [0, part * N1S], bars.index(CHUNKS), w2_buf)
+    mbarrier.expect(bars.index(CHUNKS + 1), w3_desc.block_type.nbytes)
+    _tma_load(w3_desc, [0, 0], bars.index(CHUNKS + 1), w3_buf)
+
+    # x [BLOCK_M, K0] (26-byte rows: plain loads) into shared memory as the first MMA's left operand
+    xl: gl.constexpr = gl.BlockedLayout([1, 8], [16, 2], [4, 1], [1, 0])
+    xr = row_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, xl))
+    xk = gl.arange(0, K0_PAD, layout=gl.SliceLayout(0, xl))
+    x = gl.load(x_ptr + xr[:, None] * stride_xm + xk[None, :], mask=(xr[:, None] < M) & (xk[None, :] < K0), other=0.0)
+    x_s = gl.allocate_shared_memory(dtype, [BLOCK_M, K0_PAD], gl.NVMMASharedLayout.get_default_for([BLOCK_M, K0_PAD], dtype))
+    x_s.store(x)
+    # b0 into shared memory (read per chunk off the chain)
+    bl: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])
+    b0 = gl.load(b0_ptr + gl.arange(0, N0, layout=bl))
+    b0_s = gl.allocate_shared_memory(b0.dtype, [N0], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    b0_s.store(b0)
+    fence_async_shared()
+    _barrier()
+
+    if STOP == 1:
+        for c in gl.static_range(CHUNKS + 2):
+            mbarrier.wait(bars.index(c), 0)
+        gl.store(y_ptr + row_start * N3 + gl.arange(0, N0, layout=bl), b0_s.load(bl), mask=gl.arange(0, N0, layout=bl) < 1)
+        return
+    l0: gl.constexpr = acc_layout(CHUNK)
+    l1: gl.constexpr = acc_layout(N1S)
+    l2: gl.constexpr = acc_layout(N2)
+    l3: gl.constexpr = acc_layout(N3_PAD)
+    a1_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=l1, k_width=2)
+    a2_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=l2, k_width=2)
+    a3_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=l3, k_width=2)
+    rows0 = row_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, l0))
+    b1 = gl.load(b1_ptr + part * N1S + gl.arange(0, N1S, layout=gl.SliceLayout(0, l1))).to(gl.float32)
+
+    acc1 = gl.zeros([BLOCK_M, N1S], gl.float32, l1)
+    if ASYNC:
+        mbarrier.wait(bars.index(0), 0)
+        acc0_next = warpgroup_mma(x_s, w0_bufs.index(0).permute((1, 0)), gl.zeros([BLOCK_M, CHUNK], gl.float32, l0),
+                                  is_async=True)
+        a_prev = gl.zeros([BLOCK_M, CHUNK], dtype, a1_layout)
+        for c in gl.static_range(CHUNKS):
+            acc0_cur = acc0_next
+            if c + 1 < CHUNKS:
+                mbarrier.wait(bars.index(c + 1), 0)
+                acc0_next = warpgroup_mma(x_s, w0_bufs.index(c + 1).permute((1, 0)),
+                                          gl.zeros([BLOCK_M, CHUNK], gl.float32, l0), is_async=True)
+                # in flight, oldest first: L0(c), L1(c - 1), L0(c + 1): L0(c) done
+                acc0_cur, acc1, a_prev, acc0_next = warpgroup_mma_wait(
+                    num_outstanding=2 if c > 0 else 1, deps=(acc0_cur, acc1, a_prev, acc0_next))
+            else:
+                acc0_cur, acc1, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=(acc0_cur, acc1, a_prev))
+            b0c = b0_s.slice(c * CHUNK, CHUNK).load(gl.SliceLayout(0, l0)).to(gl.float32)
+            h0 = _relu(acc0_cur + b0c[None, :]).to(dtype)
+            if SAVE:
+                if c % SPLIT == part:
+                    cols0 = c * CHUNK + gl.arange(0, CHUNK, layout=gl.SliceLayout(0, l0))
+                    gl.store(saved0_ptr + rows0[:, None] * N0 + cols0[None, :], h0, mask=rows0[:, None] < M)
+            a_prev = gl.convert_layout(h0, a1_layout)
+            acc1 = warpgroup_mma(a_prev, w1_bufs.index(c).permute((1, 0)), acc1, is_async=True)
+        acc1, a_prev = warpgroup_mma_wait(num_outstanding=0, deps=(acc1, a_prev))
+    else:
+        for c in gl.static_range(CHUNKS):
+            mbarrier.wait(bars.index(c), 0)
+            acc0 = warpgroup_mma(x_s, w0_bufs.index(c).permute((1, 0)), gl.zeros([BLOCK_M, CHUNK], gl.float32, l0))
+            b0c = b0_s.slice(c * CHUNK, CHUNK).load(gl.SliceLayout(0, l0)).to(gl.float32)
+            h0 = _relu(acc0 + b0c[None, :]).to(dtype)
+            if SAVE:
+                if c % SPLIT == part:
+                    cols0 = c * CHUNK + gl.arange(0, CHUNK, layout=gl.SliceLayout(0, l0))
+                    gl.store(saved0_ptr + rows0[:, None] * N0 + cols0[None, :], h0, mask=rows0[:, None] < M)
+            acc1 = warpgroup_mma(gl.convert_layout(h0, a1_layout), w1_bufs.index(c).permute((1, 0)), acc1)
+    h1 = _relu(acc1 + b1[None, :]).to(dtype)
+    if STOP == 2:
+        rows1 = row_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, l1))
+        cols1 = part * N1S + gl.arange(0, N1S, layout=gl.SliceLayout(0, l1))
+        gl.store(saved1_ptr + rows1[:, None] * N1 + cols1[None, :], h1, mask=rows1[:, None] < M)
+        return
+    if SAVE:
+        rows1 = row_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, l1))
+        cols1 = part * N1S + gl.arange(0, N1S, layout=gl.SliceLayout(0, l1))
+        gl.store(saved1_ptr + rows1[:, None] * N1 + cols1[None, :], h1, mask=rows1[:, None] < M)
+    mbarrier.wait(bars.index(CHUNKS), 0)
+    acc2 = warpgroup_mma(gl.convert_layout(h1, a2_layout), w2_buf.permute((1, 0)),
+                         gl.zeros([BLOCK_M, N2], gl.float32, l2))
+
+    # the exchange: partial [row_block, part] -> memory, the last program of the row block sums
+    prow = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, l2))
+    pcol = gl.arange(0, N2, layout=gl.SliceLayout(0, l2))
+    poff = prow[:, None] * N2 + pcol[None, :]
+    block_partials = partial_ptr + row_block.to(gl.int64) * (SPLIT * BLOCK_M * N2)
+    gl.store(block_partials + part * (BLOCK_M * N2) + poff, acc2)
+    if STOP == 3:
+        return
+    _barrier()
+    arrived = gl.atomic_add(counter_ptr + row_block, 1, sem="acq_rel", scope="gpu")
+    if arrived == SPLIT - 1:
+        total = gl.zeros([BLOCK_M, N2], gl.float32, l2)
+        for s in gl.static_range(SPLIT):
+            total += gl.load(block_partials + s * (BLOCK_M * N2) + poff, cache_modifier=".cg")
+        b2 = gl.load(b2_ptr + pcol).to(gl.float32)
+        h2 = _relu(total + b2[None, :]).to(dtype)
+        rows2 = row_start + prow
+        if SAVE:
+            gl.store(saved2_ptr + rows2[:, None] * N2 + pcol[None, :], h2, mask=rows2[:, None] < M)
+        mbarrier.wait(bars.index(CHUNKS + 1), 0)
+        acc3 = warpgroup_mma(gl.convert_layout(h2, a3_layout), w3_buf.permute((1, 0)),
+                             gl.zeros([BLOCK_M, N3_PAD], gl.float32, l3))
+        cols3 = gl.arange(0, N3_PAD, layout=gl.SliceLayout(0, l3))
+        rows3 = row_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, l3))
+        b3 = gl.load(b3_ptr + cols3, mask=cols3 < N3, other=0.0).to(gl.float32)
+        y = _relu(acc3 + b3[None, :]).to(dtype)
+        gl.store(y_ptr + rows3[:, None] * N3 + cols3[None, :], y, mask=(rows3[:, None] < M) & (cols3[None, :] < N3))
+        gl.store(counter_ptr + row_block, 0)
+    for i in gl.static_range(CHUNKS + 2):
+        mbarrier.invalidate(bars.index(i))
+
+
+def make_desc(t, block):
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
+    return TensorDescriptor.from_tensor(t, block, layout)
+
+
+class SplitMLP:
+    def __init__(self, weights, biases, split=4, chunk=64, block_m=64, save=True, async_mma=False, stop=0):
+        self.stop = stop
+        self.split, self.chunk, self.block_m, self.save, self.async_mma = split, chunk, block_m, save, async_mma
+        w0, w1, w2, w3 = weights
+        self.k0 = w0.shape[1]
+        self.k0_pad = 16
+        self.w0p = torch.zeros(w0.shape[0], self.k0_pad, device=w0.device, dtype=w0.dtype)
+        self.w0p[:, :self.k0] = w0
+        self.w3p = torch.zeros(16, w3.shape[1], device=w3.device, dtype=w3.dtype)
+        self.w3p[:w3.shape[0]] = w3
+        self.n = [w.shape[0] for w in weights]
+        n1s = self.n[1] // split
+        self.descs = [make_desc(self.w0p, [chunk, self.k0_pad]), make_desc(w1, [n1s, chunk]),
+                      make_desc(w2, [self.n[2], n1s]), make_desc(self.w3p, [16, self.n[2]])]
+        self.biases = biases
+        self.partial = None
+
+    def __call__(self, x):
+        M = x.shape[0]
+        row_blocks = triton.cdiv(M, self.block_m)
+        if self.partial is None or self.partial.shape[0] < row_blocks:
+            self.partial = torch.empty(row_blocks, self.split, self.block_m, self.n[2], device=x.device,
+                                       dtype=torch.float32)
+            self.counter = torch.zeros(row_blocks, device=x.device, dtype=torch.int32)
+        y = torch.empty(M, self.n[3], device=x.device, dtype=x.dtype)
+        if self.save or self.stop == 2:
+            saved = [torch.empty(M, n, device=x.device, dtype=x.dtype) for n in self.n[:3]]
+        else:
+            saved = [y, y, y]
+        b = self.biases
+        split_fwd_kernel[(row_blocks * self.split,)](
+            x, self.descs[0], b[0], self.descs[1], b[1], self.descs[2], b[2], self.descs[3], b[3],
+            y, self.partial, self.counter, saved[0], saved[1], saved[2], M, x.stride(0),
+            K0=self.k0, K0_PAD=self.k0_pad, N0=self.n[0], N1=self.n[1], N2=self.n[2], N3=self.n[3], N3_PAD=16,
+            SPLIT=self.split, SAVE=self.save, BLOCK_M=self.block_m, CHUNK=self.chunk, ASYNC=self.async_mma, STOP=self.stop,
+            num_warps=4)
+        return y, saved
+
+
+@triton.jit
+def empty_kernel(y_ptr):
+    pass
+
+
+def bottom_mlp(dev):
+    sizes = [13, 512, 256, 64, 16]
+    weights = [(torch.randn(o, i, device=dev) / i**0.5).bfloat16() for i, o in zip(sizes[:-1], sizes[1:])]
+    biases = [(torch.randn(o, device=dev) * 0.1).bfloat16() for o in sizes[1:]]
+    return weights, biases
+
+
+def reference(x, weights, biases):
+    out, hidden = x.double(), []
+    for w, b in zip(weights, biases):
+        out = torch.relu(out @ w.double().T + b.double())
+        hidden.append(out)
+    return out, hidden
+
+
+def bench(fn):
+    return round(triton.testing.do_bench_cudagraph(fn, rep=200) * 1e3, 2)
+
+
+def against_library(weights, biases, dev):
+    """The probe (split 4 and 8, synchronous MMAs) and the library's kernel, inference and
+    training forwards (the latter writes every hidden layer's output)."""
+    import fusedmlp
+    rows = []
+    for M in (2048, 8192, 65536):
+        x = torch.randn(M, 13, device=dev).bfloat16()
+        ref, hidden = reference(x, weights, biases)
+        xg = x.clone().requires_grad_()
+        wg = [w.clone().requires_grad_() for w in weights]
+        bg = [b.clone().requires_grad_() for b in biases]
+        lib_train = lambda: fusedmlp.mlp(xg, wg, bg, "relu", "relu")
+        with torch.no_grad():
+            lib = lambda: fusedmlp.mlp(x, weights, biases, "relu", "relu")
+            lib_err = (lib().double() - ref).abs().max().item()
+            t_lib = bench(lib)
+        lib_train()
+        t_lib_train = bench(lib_train)
+        for split in (4, 8):
+            for save in (False, True):
+                probe = SplitMLP(weights, biases, split=split, save=save)
+                y, saved = probe(x)
+                err = (y.double() - ref).abs().max().item()
+                saved_err = max((s.double() - h).abs().max().item() for s, h in zip(saved, hidden)) if save else None
+                same = torch.equal(y, probe(x)[0])
+                rows.append(dict(M=M, split=split, training=save, probe_us=bench(lambda: probe(x)),
+                                 library_us=t_lib_train if save else t_lib, err=err, library_err=lib_err,
+                                 saved_err=saved_err, repeat_same_bits=same))
+                print(rows[-1], flush=True)
+    return rows
+
+
+def stops(weights, biases, dev):
+    """Split 4, inference: the kernel stopped after its loads (1), after layers 0-1 (2), after
+    layer 2's partial store (3), whole (0); synchronous and pipelined (async) MMAs; one row
+    block (4 programs) or 2048 / 8192 rows."""
+    rows = [dict(what="empty kernel", us=bench(lambda: empty_kernel[(1,)](torch.empty(1, device=dev))))]
+    print(rows[-1], flush=True)
+    for M in (64, 2048, 8192):
+        x = torch.randn(M, 13, device=dev).bfloat16()
+        ref, _ = reference(x, weights, biases)
+        for asy in (False, True):
+            for stop in (1, 2, 3, 0):
+                if stop == 1 and asy:
+                    continue
+                probe = SplitMLP(weights, biases, split=4, save=False, stop=stop, async_mma=asy)
+                y, _ = probe(x)
+                err = (y.double() - ref).abs().max().item() if stop == 0 else None
+                rows.append(dict(M=M, programs=triton.cdiv(M, 64) * 4, asy=asy, stop=stop,
+                                 us=bench(lambda: probe(x)), err=err))
+                print(rows[-1], flush=True)
+    return rows
+
+
+def main():
+    import json
+    torch.manual_seed(0)
+    dev = "cuda"
+    weights, biases = bottom_mlp(dev)
+    out = os.environ.get("OUT", ".")
+    with open(os.path.join(out, "split_probe_library.json"), "w") as f:
+        json.dump(against_library(weights, biases, dev), f, indent=1)
+    with open(os.path.join(out, "split_probe_stops.json"), "w") as f:
+        json.dump(stops(weights, biases, dev), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
