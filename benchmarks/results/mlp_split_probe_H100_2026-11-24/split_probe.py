@@ -172,6 +172,122 @@ def split_fwd_kernel(
         mbarrier.invalidate(bars.index(i))
 
 
+@gluon.jit
+def rowblock_fwd_kernel(
+    x_ptr, w0_desc, b0_ptr, w1_desc, b1_ptr, w2_desc, b2_ptr, w3_desc, b3_ptr,
+    y_ptr, saved0_ptr, saved1_ptr, saved2_ptr, M, stride_xm,
+    K0: gl.constexpr, K0_PAD: gl.constexpr, N0: gl.constexpr, N1: gl.constexpr, N2: gl.constexpr,
+    N3: gl.constexpr, N3_PAD: gl.constexpr, SAVE: gl.constexpr, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+):
+    """No split: one program per 64-row block runs the whole stack; W1 streams through a ring
+    of STAGES chunks ([N1, 64] each, as N1 / 64 boxes of [64, 64]), layer 1 in N1 / 64
+    accumulators of [64, 64]."""
+    CHUNK: gl.constexpr = 64
+    CHUNKS: gl.constexpr = N0 // CHUNK
+    PARTS: gl.constexpr = N1 // 64
+    dtype: gl.constexpr = w1_desc.dtype
+    row_start = gl.program_id(0) * BLOCK_M
+    w0_bufs = gl.allocate_shared_memory(dtype, [CHUNKS, CHUNK, K0_PAD], w0_desc.layout)
+    w1_bufs = gl.allocate_shared_memory(dtype, [STAGES * PARTS, 64, CHUNK], w1_desc.layout)
+    w2_bufs = gl.allocate_shared_memory(dtype, [PARTS, N2, 64], w2_desc.layout)
+    w3_buf = gl.allocate_shared_memory(dtype, [N3_PAD, N2], w3_desc.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES + 2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES + 2):
+        mbarrier.init(bars.index(i), count=1)
+    fence_async_shared()
+    W0_BAR: gl.constexpr = STAGES
+    TAIL_BAR: gl.constexpr = STAGES + 1
+    mbarrier.expect(bars.index(W0_BAR), CHUNKS * w0_desc.block_type.nbytes)
+    for c in gl.static_range(CHUNKS):
+        _tma_load(w0_desc, [c * CHUNK, 0], bars.index(W0_BAR), w0_bufs.index(c))
+    for c in gl.static_range(STAGES):
+        mbarrier.expect(bars.index(c), PARTS * w1_desc.block_type.nbytes)
+        for j in gl.static_range(PARTS):
+            _tma_load(w1_desc, [j * 64, c * CHUNK], bars.index(c), w1_bufs.index(c * PARTS + j))
+    mbarrier.expect(bars.index(TAIL_BAR), PARTS * w2_desc.block_type.nbytes + w3_desc.block_type.nbytes)
+    for j in gl.static_range(PARTS):
+        _tma_load(w2_desc, [0, j * 64], bars.index(TAIL_BAR), w2_bufs.index(j))
+    _tma_load(w3_desc, [0, 0], bars.index(TAIL_BAR), w3_buf)
+
+    xl: gl.constexpr = gl.BlockedLayout([1, 8], [16, 2], [4, 1], [1, 0])
+    xr = row_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, xl))
+    xk = gl.arange(0, K0_PAD, layout=gl.SliceLayout(0, xl))
+    x = gl.load(x_ptr + xr[:, None] * stride_xm + xk[None, :], mask=(xr[:, None] < M) & (xk[None, :] < K0), other=0.0)
+    x_s = gl.allocate_shared_memory(dtype, [BLOCK_M, K0_PAD], gl.NVMMASharedLayout.get_default_for([BLOCK_M, K0_PAD], dtype))
+    x_s.store(x)
+    bl: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])
+    b0 = gl.load(b0_ptr + gl.arange(0, N0, layout=bl))
+    b0_s = gl.allocate_shared_memory(b0.dtype, [N0], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    b0_s.store(b0)
+    b1 = gl.load(b1_ptr + gl.arange(0, N1, layout=bl))
+    b1_s = gl.allocate_shared_memory(b1.dtype, [N1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    b1_s.store(b1)
+    fence_async_shared()
+    _barrier()
+
+    l64: gl.constexpr = acc_layout(64)
+    l3: gl.constexpr = acc_layout(N3_PAD)
+    a64: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=l64, k_width=2)
+    a3: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=l3, k_width=2)
+    rows = row_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, l64))
+    cols = gl.arange(0, 64, layout=gl.SliceLayout(0, l64))
+    row_ok = rows[:, None] < M
+    acc1_0 = gl.zeros([BLOCK_M, 64], gl.float32, l64)
+    acc1_1 = gl.zeros([BLOCK_M, 64], gl.float32, l64)
+    acc1_2 = gl.zeros([BLOCK_M, 64], gl.float32, l64)
+    acc1_3 = gl.zeros([BLOCK_M, 64], gl.float32, l64)
+    mbarrier.wait(bars.index(W0_BAR), 0)
+    for c in gl.static_range(CHUNKS):
+        slot = c % STAGES
+        acc0 = warpgroup_mma(x_s, w0_bufs.index(c).permute((1, 0)), gl.zeros([BLOCK_M, CHUNK], gl.float32, l64))
+        b0c = b0_s.slice(c * CHUNK, CHUNK).load(gl.SliceLayout(0, l64)).to(gl.float32)
+        h0 = _relu(acc0 + b0c[None, :]).to(dtype)
+        if SAVE:
+            gl.store(saved0_ptr + rows[:, None] * N0 + (c * CHUNK + cols)[None, :], h0, mask=row_ok)
+        a = gl.convert_layout(h0, a64)
+        mbarrier.wait(bars.index(slot), (c // STAGES) & 1)
+        acc1_0 = warpgroup_mma(a, w1_bufs.index(slot * PARTS + 0).permute((1, 0)), acc1_0, is_async=True)
+        acc1_1 = warpgroup_mma(a, w1_bufs.index(slot * PARTS + 1).permute((1, 0)), acc1_1, is_async=True)
+        acc1_2 = warpgroup_mma(a, w1_bufs.index(slot * PARTS + 2).permute((1, 0)), acc1_2, is_async=True)
+        acc1_3 = warpgroup_mma(a, w1_bufs.index(slot * PARTS + 3).permute((1, 0)), acc1_3, is_async=True)
+        acc1_0, acc1_1, acc1_2, acc1_3, a = warpgroup_mma_wait(num_outstanding=0,
+                                                               deps=(acc1_0, acc1_1, acc1_2, acc1_3, a))
+        if c + STAGES < CHUNKS:  # this slot's MMAs are done: refill it
+            mbarrier.expect(bars.index(slot), PARTS * w1_desc.block_type.nbytes)
+            for j in gl.static_range(PARTS):
+                _tma_load(w1_desc, [j * 64, (c + STAGES) * CHUNK], bars.index(slot), w1_bufs.index(slot * PARTS + j))
+    mbarrier.wait(bars.index(TAIL_BAR), 0)
+    acc2 = gl.zeros([BLOCK_M, N2], gl.float32, l64)
+    h1 = _relu(acc1_0 + b1_s.slice(0, 64).load(gl.SliceLayout(0, l64)).to(gl.float32)[None, :]).to(dtype)
+    if SAVE:
+        gl.store(saved1_ptr + rows[:, None] * N1 + (0 + cols)[None, :], h1, mask=row_ok)
+    acc2 = warpgroup_mma(gl.convert_layout(h1, a64), w2_bufs.index(0).permute((1, 0)), acc2)
+    h1 = _relu(acc1_1 + b1_s.slice(64, 64).load(gl.SliceLayout(0, l64)).to(gl.float32)[None, :]).to(dtype)
+    if SAVE:
+        gl.store(saved1_ptr + rows[:, None] * N1 + (64 + cols)[None, :], h1, mask=row_ok)
+    acc2 = warpgroup_mma(gl.convert_layout(h1, a64), w2_bufs.index(1).permute((1, 0)), acc2)
+    h1 = _relu(acc1_2 + b1_s.slice(128, 64).load(gl.SliceLayout(0, l64)).to(gl.float32)[None, :]).to(dtype)
+    if SAVE:
+        gl.store(saved1_ptr + rows[:, None] * N1 + (128 + cols)[None, :], h1, mask=row_ok)
+    acc2 = warpgroup_mma(gl.convert_layout(h1, a64), w2_bufs.index(2).permute((1, 0)), acc2)
+    h1 = _relu(acc1_3 + b1_s.slice(192, 64).load(gl.SliceLayout(0, l64)).to(gl.float32)[None, :]).to(dtype)
+    if SAVE:
+        gl.store(saved1_ptr + rows[:, None] * N1 + (192 + cols)[None, :], h1, mask=row_ok)
+    acc2 = warpgroup_mma(gl.convert_layout(h1, a64), w2_bufs.index(3).permute((1, 0)), acc2)
+    b2 = gl.load(b2_ptr + cols).to(gl.float32)
+    h2 = _relu(acc2 + b2[None, :]).to(dtype)
+    if SAVE:
+        gl.store(saved2_ptr + rows[:, None] * N2 + cols[None, :], h2, mask=row_ok)
+    acc3 = warpgroup_mma(gl.convert_layout(h2, a3), w3_buf.permute((1, 0)), gl.zeros([BLOCK_M, N3_PAD], gl.float32, l3))
+    cols3 = gl.arange(0, N3_PAD, layout=gl.SliceLayout(0, l3))
+    rows3 = row_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, l3))
+    b3 = gl.load(b3_ptr + cols3, mask=cols3 < N3, other=0.0).to(gl.float32)
+    y = _relu(acc3 + b3[None, :]).to(dtype)
+    gl.store(y_ptr + rows3[:, None] * N3 + cols3[None, :], y, mask=(rows3[:, None] < M) & (cols3[None, :] < N3))
+    for i in gl.static_range(STAGES + 2):
+        mbarrier.invalidate(bars.index(i))
+
+
 def make_desc(t, block):
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
@@ -216,6 +332,63 @@ class SplitMLP:
             SPLIT=self.split, SAVE=self.save, BLOCK_M=self.block_m, CHUNK=self.chunk, ASYNC=self.async_mma, STOP=self.stop,
             num_warps=4)
         return y, saved
+
+
+class RowBlockMLP:
+    """The bottom MLP on one program per 64-row block (``rowblock_fwd_kernel``)."""
+
+    def __init__(self, weights, biases, save=True, stages=4):
+        self.save, self.stages = save, stages
+        w0, w1, w2, w3 = weights
+        self.k0 = w0.shape[1]
+        self.w0p = torch.zeros(w0.shape[0], 16, device=w0.device, dtype=w0.dtype)
+        self.w0p[:, :self.k0] = w0
+        self.w3p = torch.zeros(16, w3.shape[1], device=w3.device, dtype=w3.dtype)
+        self.w3p[:w3.shape[0]] = w3
+        self.n = [w.shape[0] for w in weights]
+        self.descs = [make_desc(self.w0p, [64, 16]), make_desc(w1, [64, 64]), make_desc(w2, [self.n[2], 64]),
+                      make_desc(self.w3p, [16, self.n[2]])]
+        self.biases = biases
+
+    def __call__(self, x):
+        M = x.shape[0]
+        y = torch.empty(M, self.n[3], device=x.device, dtype=x.dtype)
+        saved = [torch.empty(M, n, device=x.device, dtype=x.dtype) for n in self.n[:3]] if self.save else [y, y, y]
+        b = self.biases
+        rowblock_fwd_kernel[(triton.cdiv(M, 64),)](
+            x, self.descs[0], b[0], self.descs[1], b[1], self.descs[2], b[2], self.descs[3], b[3],
+            y, saved[0], saved[1], saved[2], M, x.stride(0),
+            K0=self.k0, K0_PAD=16, N0=self.n[0], N1=self.n[1], N2=self.n[2], N3=self.n[3], N3_PAD=16,
+            SAVE=self.save, BLOCK_M=64, STAGES=self.stages, num_warps=4)
+        return y, saved
+
+
+def rowblock(weights, biases, dev):
+    """The one-program-per-row-block form against the library's kernel."""
+    import fusedmlp
+    rows = []
+    for M in (64, 2048, 8192, 65536):
+        x = torch.randn(M, 13, device=dev).bfloat16()
+        ref, hidden = reference(x, weights, biases)
+        xg = x.clone().requires_grad_()
+        wg = [w.clone().requires_grad_() for w in weights]
+        bg = [b.clone().requires_grad_() for b in biases]
+        lib_train = lambda: fusedmlp.mlp(xg, wg, bg, "relu", "relu")
+        with torch.no_grad():
+            lib = lambda: fusedmlp.mlp(x, weights, biases, "relu", "relu")
+            t_lib = bench(lib)
+        lib_train()
+        t_lib_train = bench(lib_train)
+        for stages in (2, 4):
+            for save in (False, True):
+                probe = RowBlockMLP(weights, biases, save=save, stages=stages)
+                y, saved = probe(x)
+                err = (y.double() - ref).abs().max().item()
+                saved_err = max((s.double() - h).abs().max().item() for s, h in zip(saved, hidden)) if save else None
+                rows.append(dict(M=M, stages=stages, training=save, probe_us=bench(lambda: probe(x)),
+                                 library_us=t_lib_train if save else t_lib, err=err, saved_err=saved_err))
+                print(rows[-1], flush=True)
+    return rows
 
 
 @triton.jit
@@ -302,6 +475,10 @@ def main():
     dev = "cuda"
     weights, biases = bottom_mlp(dev)
     out = os.environ.get("OUT", ".")
+    if len(sys.argv) > 1 and sys.argv[1] == "rowblock":
+        with open(os.path.join(out, "rowblock_probe.json"), "w") as f:
+            json.dump(rowblock(weights, biases, dev), f, indent=1)
+        return
     with open(os.path.join(out, "split_probe_library.json"), "w") as f:
         json.dump(against_library(weights, biases, dev), f, indent=1)
     with open(os.path.join(out, "split_probe_stops.json"), "w") as f:
