@@ -26,6 +26,29 @@ def _relu(v):
 
 
 @gluon.jit
+def _stage_x(x_ptr, row_start, M, stride_xm, K0: gl.constexpr, K0_PAD: gl.constexpr, BLOCK_M: gl.constexpr,
+             dtype: gl.constexpr):
+    """x [BLOCK_M, K0] (26-byte rows: plain loads) into shared memory as the first MMA's left operand."""
+    xl: gl.constexpr = gl.BlockedLayout([1, 8], [16, 2], [4, 1], [1, 0])
+    xr = row_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, xl))
+    xk = gl.arange(0, K0_PAD, layout=gl.SliceLayout(0, xl))
+    x = gl.load(x_ptr + xr[:, None] * stride_xm + xk[None, :], mask=(xr[:, None] < M) & (xk[None, :] < K0), other=0.0)
+    x_s = gl.allocate_shared_memory(dtype, [BLOCK_M, K0_PAD], gl.NVMMASharedLayout.get_default_for([BLOCK_M, K0_PAD], dtype))
+    x_s.store(x)
+    return x_s
+
+
+@gluon.jit
+def _vector_to_shared(ptr, N: gl.constexpr):
+    """A bias vector into shared memory, read a chunk at a time off the chain."""
+    layout: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])
+    v = gl.load(ptr + gl.arange(0, N, layout=layout))
+    v_s = gl.allocate_shared_memory(v.dtype, [N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    v_s.store(v)
+    return v_s
+
+
+@gluon.jit
 def split_fwd_kernel(
     x_ptr, w0_desc, b0_ptr, w1_desc, b1_ptr, w2_desc, b2_ptr, w3_desc, b3_ptr,
     y_ptr, partial_ptr, counter_ptr, saved0_ptr, saved1_ptr, saved2_ptr,
@@ -59,24 +82,15 @@ def split_fwd_kernel(
     mbarrier.expect(bars.index(CHUNKS + 1), w3_desc.block_type.nbytes)
     _tma_load(w3_desc, [0, 0], bars.index(CHUNKS + 1), w3_buf)
 
-    # x [BLOCK_M, K0] (26-byte rows: plain loads) into shared memory as the first MMA's left operand
-    xl: gl.constexpr = gl.BlockedLayout([1, 8], [16, 2], [4, 1], [1, 0])
-    xr = row_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, xl))
-    xk = gl.arange(0, K0_PAD, layout=gl.SliceLayout(0, xl))
-    x = gl.load(x_ptr + xr[:, None] * stride_xm + xk[None, :], mask=(xr[:, None] < M) & (xk[None, :] < K0), other=0.0)
-    x_s = gl.allocate_shared_memory(dtype, [BLOCK_M, K0_PAD], gl.NVMMASharedLayout.get_default_for([BLOCK_M, K0_PAD], dtype))
-    x_s.store(x)
-    # b0 into shared memory (read per chunk off the chain)
-    bl: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])
-    b0 = gl.load(b0_ptr + gl.arange(0, N0, layout=bl))
-    b0_s = gl.allocate_shared_memory(b0.dtype, [N0], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    b0_s.store(b0)
+    x_s = _stage_x(x_ptr, row_start, M, stride_xm, K0, K0_PAD, BLOCK_M, dtype)
+    b0_s = _vector_to_shared(b0_ptr, N0)
     fence_async_shared()
     _barrier()
 
     if STOP == 1:
         for c in gl.static_range(CHUNKS + 2):
             mbarrier.wait(bars.index(c), 0)
+        bl: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])
         gl.store(y_ptr + row_start * N3 + gl.arange(0, N0, layout=bl), b0_s.load(bl), mask=gl.arange(0, N0, layout=bl) < 1)
         return
     l0: gl.constexpr = acc_layout(CHUNK)
@@ -209,19 +223,9 @@ def rowblock_fwd_kernel(
         _tma_load(w2_desc, [0, j * 64], bars.index(TAIL_BAR), w2_bufs.index(j))
     _tma_load(w3_desc, [0, 0], bars.index(TAIL_BAR), w3_buf)
 
-    xl: gl.constexpr = gl.BlockedLayout([1, 8], [16, 2], [4, 1], [1, 0])
-    xr = row_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, xl))
-    xk = gl.arange(0, K0_PAD, layout=gl.SliceLayout(0, xl))
-    x = gl.load(x_ptr + xr[:, None] * stride_xm + xk[None, :], mask=(xr[:, None] < M) & (xk[None, :] < K0), other=0.0)
-    x_s = gl.allocate_shared_memory(dtype, [BLOCK_M, K0_PAD], gl.NVMMASharedLayout.get_default_for([BLOCK_M, K0_PAD], dtype))
-    x_s.store(x)
-    bl: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])
-    b0 = gl.load(b0_ptr + gl.arange(0, N0, layout=bl))
-    b0_s = gl.allocate_shared_memory(b0.dtype, [N0], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    b0_s.store(b0)
-    b1 = gl.load(b1_ptr + gl.arange(0, N1, layout=bl))
-    b1_s = gl.allocate_shared_memory(b1.dtype, [N1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
-    b1_s.store(b1)
+    x_s = _stage_x(x_ptr, row_start, M, stride_xm, K0, K0_PAD, BLOCK_M, dtype)
+    b0_s = _vector_to_shared(b0_ptr, N0)
+    b1_s = _vector_to_shared(b1_ptr, N1)
     fence_async_shared()
     _barrier()
 
@@ -288,6 +292,13 @@ def rowblock_fwd_kernel(
         mbarrier.invalidate(bars.index(i))
 
 
+def padded(w, rows, cols):
+    """w in the top-left corner of a zero [rows, cols] tensor (TMA needs 16-byte rows; the MMAs 16 rows)."""
+    out = torch.zeros(rows, cols, device=w.device, dtype=w.dtype)
+    out[:w.shape[0], :w.shape[1]] = w
+    return out
+
+
 def make_desc(t, block):
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
@@ -301,10 +312,7 @@ class SplitMLP:
         w0, w1, w2, w3 = weights
         self.k0 = w0.shape[1]
         self.k0_pad = 16
-        self.w0p = torch.zeros(w0.shape[0], self.k0_pad, device=w0.device, dtype=w0.dtype)
-        self.w0p[:, :self.k0] = w0
-        self.w3p = torch.zeros(16, w3.shape[1], device=w3.device, dtype=w3.dtype)
-        self.w3p[:w3.shape[0]] = w3
+        self.w0p, self.w3p = padded(w0, w0.shape[0], self.k0_pad), padded(w3, 16, w3.shape[1])
         self.n = [w.shape[0] for w in weights]
         n1s = self.n[1] // split
         self.descs = [make_desc(self.w0p, [chunk, self.k0_pad]), make_desc(w1, [n1s, chunk]),
@@ -329,7 +337,8 @@ class SplitMLP:
             x, self.descs[0], b[0], self.descs[1], b[1], self.descs[2], b[2], self.descs[3], b[3],
             y, self.partial, self.counter, saved[0], saved[1], saved[2], M, x.stride(0),
             K0=self.k0, K0_PAD=self.k0_pad, N0=self.n[0], N1=self.n[1], N2=self.n[2], N3=self.n[3], N3_PAD=16,
-            SPLIT=self.split, SAVE=self.save, BLOCK_M=self.block_m, CHUNK=self.chunk, ASYNC=self.async_mma, STOP=self.stop,
+            SPLIT=self.split, SAVE=self.save, BLOCK_M=self.block_m, CHUNK=self.chunk, ASYNC=self.async_mma,
+            STOP=self.stop,
             num_warps=4)
         return y, saved
 
@@ -341,10 +350,7 @@ class RowBlockMLP:
         self.save, self.stages = save, stages
         w0, w1, w2, w3 = weights
         self.k0 = w0.shape[1]
-        self.w0p = torch.zeros(w0.shape[0], 16, device=w0.device, dtype=w0.dtype)
-        self.w0p[:, :self.k0] = w0
-        self.w3p = torch.zeros(16, w3.shape[1], device=w3.device, dtype=w3.dtype)
-        self.w3p[:w3.shape[0]] = w3
+        self.w0p, self.w3p = padded(w0, w0.shape[0], 16), padded(w3, 16, w3.shape[1])
         self.n = [w.shape[0] for w in weights]
         self.descs = [make_desc(self.w0p, [64, 16]), make_desc(w1, [64, 64]), make_desc(w2, [self.n[2], 64]),
                       make_desc(self.w3p, [16, self.n[2]])]
@@ -365,20 +371,11 @@ class RowBlockMLP:
 
 def rowblock(weights, biases, dev):
     """The one-program-per-row-block form against the library's kernel."""
-    import fusedmlp
     rows = []
     for M in (64, 2048, 8192, 65536):
         x = torch.randn(M, 13, device=dev).bfloat16()
         ref, hidden = reference(x, weights, biases)
-        xg = x.clone().requires_grad_()
-        wg = [w.clone().requires_grad_() for w in weights]
-        bg = [b.clone().requires_grad_() for b in biases]
-        lib_train = lambda: fusedmlp.mlp(xg, wg, bg, "relu", "relu")
-        with torch.no_grad():
-            lib = lambda: fusedmlp.mlp(x, weights, biases, "relu", "relu")
-            t_lib = bench(lib)
-        lib_train()
-        t_lib_train = bench(lib_train)
+        t_lib, t_lib_train, _ = library_times(x, weights, biases, ref)
         for stages in (2, 4):
             for save in (False, True):
                 probe = RowBlockMLP(weights, biases, save=save, stages=stages)
@@ -415,24 +412,29 @@ def bench(fn):
     return round(triton.testing.do_bench_cudagraph(fn, rep=200) * 1e3, 2)
 
 
+def library_times(x, weights, biases, ref):
+    """The library's kernel on x: (inference us, training-forward us, inference max abs error)."""
+    import fusedmlp
+    with torch.no_grad():
+        lib = lambda: fusedmlp.mlp(x, weights, biases, "relu", "relu")  # noqa: E731
+        err = (lib().double() - ref).abs().max().item()
+        t_inference = bench(lib)
+    xg = x.clone().requires_grad_()
+    wg = [w.clone().requires_grad_() for w in weights]
+    bg = [b.clone().requires_grad_() for b in biases]
+    lib_train = lambda: fusedmlp.mlp(xg, wg, bg, "relu", "relu")  # noqa: E731
+    lib_train()
+    return t_inference, bench(lib_train), err
+
+
 def against_library(weights, biases, dev):
     """The probe (split 4 and 8, synchronous MMAs) and the library's kernel, inference and
     training forwards (the latter writes every hidden layer's output)."""
-    import fusedmlp
     rows = []
     for M in (2048, 8192, 65536):
         x = torch.randn(M, 13, device=dev).bfloat16()
         ref, hidden = reference(x, weights, biases)
-        xg = x.clone().requires_grad_()
-        wg = [w.clone().requires_grad_() for w in weights]
-        bg = [b.clone().requires_grad_() for b in biases]
-        lib_train = lambda: fusedmlp.mlp(xg, wg, bg, "relu", "relu")
-        with torch.no_grad():
-            lib = lambda: fusedmlp.mlp(x, weights, biases, "relu", "relu")
-            lib_err = (lib().double() - ref).abs().max().item()
-            t_lib = bench(lib)
-        lib_train()
-        t_lib_train = bench(lib_train)
+        t_lib, t_lib_train, lib_err = library_times(x, weights, biases, ref)
         for split in (4, 8):
             for save in (False, True):
                 probe = SplitMLP(weights, biases, split=split, save=save)
