@@ -225,6 +225,41 @@ def test_descriptor_kernel_first_on_a_new_thread():
 
 
 @pytest.mark.gpu
+def test_first_launch_of_a_thread_inside_a_capture():
+    """A thread whose first launch comes while its stream is being captured (the shape tuned
+    and compiled on another thread): the capture ends cleanly and its replay gives the other
+    thread's result. Before, bind_cuda_context's stream query, illegal during a capture,
+    invalidated it (torch.cuda.graph's exit raised cudaErrorStreamCaptureInvalidated)."""
+    import threading
+
+    sizes = (13, 64, 8)
+    ws = [(torch.randn(o, i, device="cuda") / i**0.5).to(torch.bfloat16) for i, o in zip(sizes, sizes[1:])]
+    bs = [torch.randn(o, device="cuda").to(torch.bfloat16) for o in sizes[1:]]
+    x = torch.randn(300, sizes[0], device="cuda", dtype=torch.bfloat16)
+    expected = fusedmlp.mlp(x, ws, bs, "relu", None).clone()
+    torch.cuda.synchronize()
+    found, errors = [], []
+
+    def captured():
+        try:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                y = fusedmlp.mlp(x, ws, bs, "relu", None)
+            y.zero_()
+            graph.replay()
+            torch.cuda.synchronize()
+            found.append(y)
+        except BaseException as error:  # reported in the test's thread
+            errors.append(error)
+
+    thread = threading.Thread(target=captured)
+    thread.start()
+    thread.join()
+    assert not errors, errors
+    assert torch.equal(found[0], expected)
+
+
+@pytest.mark.gpu
 @pytest.mark.skipif(not launch_mod.FAST_LAUNCH, reason="the cache runs on Triton 3.6 GPUs")
 def test_misaligned_input_after_aligned_one_is_not_served_the_aligned_kernel():
     """An input 2 bytes off 16-byte alignment, after the aligned one filled the cache: a

@@ -102,8 +102,13 @@ def bind_cuda_context() -> None:
     its first CUDA work there is a descriptor-taking kernel (the allocator served every tensor
     from its cache, so no runtime call bound the context first): found by a SwiGLU backward on
     an H100. A stream query is a runtime call, and the runtime binds the device's primary
-    context to the calling thread; it does not wait for the stream."""
+    context to the calling thread; it does not wait for the stream. Not while the stream is
+    being captured into a CUDA graph: a query there is illegal and invalidates the capture (a
+    thread whose first launch came inside one got CUDA's capture error, not the op's result).
+    The capture check is a runtime call too; the query waits for a launch outside a capture."""
     if not getattr(_THREAD_STATE, "bound", False):
+        if torch.cuda.is_current_stream_capturing():
+            return
         torch.cuda.current_stream().query()
         _THREAD_STATE.bound = True
 
