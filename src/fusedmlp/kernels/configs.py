@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.testing
 
-from .launch import INTERPRET, FastLaunch, as_descriptors
+from .launch import COMPILE_OPTIONS, INTERPRET, FastLaunch, as_descriptors
 from .tuning_cache import file_tuner, restore_tuner
 
 # FUSEDMLP_AUTOTUNE=0 launches the first config of each table instead of tuning (compiles one
@@ -491,7 +491,7 @@ class Launcher:
         kwargs = as_descriptors(kwargs)
         if self.pre_hook is not None:
             self.pre_hook(dict(kwargs, **meta))
-        return self.kernel[grid](*args, **kwargs, **meta), meta
+        return self.kernel[grid](*args, **kwargs, **meta, **COMPILE_OPTIONS), meta
 
     def _run_tuned(self, tuned, grid, args, kwargs):
         # choices of earlier processes first (a key found there is not timed again), and this
@@ -501,7 +501,7 @@ class Launcher:
             restore_tuner(tuned, section, device)
             self._restored.add((id(tuned), device))
         known = set(tuned.cache)
-        compiled = tuned[grid](*args, **as_descriptors(kwargs), **self.fixed)
+        compiled = tuned[grid](*args, **as_descriptors(kwargs), **self.fixed, **COMPILE_OPTIONS)
         if len(tuned.cache) > len(known):
             file_tuner(tuned, section, device, known)
         return compiled, dict(tuned.best_config.all_kwargs(), **self.fixed)

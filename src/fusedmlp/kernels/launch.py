@@ -62,6 +62,10 @@ _INT32 = (-(2**31), 2**31 - 1)
 DIRECT_DESCRIPTORS = True
 DESCRIPTOR_SUFFIX = "_desc"  # parameters that take a tensor descriptor (a plain tensor from the ops)
 _FILLED_PER_KERNEL = 256  # expanded descriptors kept per compiled kernel (the table is cleared when full)
+# Compile options of every launch. Multiply-adds fused into FMAs: the kernels were built,
+# tuned and measured so (Triton 3.6's default); Triton 3.9 warns that its default turns to
+# unfused in 3.10 unless a launch asks (TRITON_FORCE_DISABLE_FP_FUSION=1 still wins).
+COMPILE_OPTIONS = {"enable_fp_fusion": True}
 
 
 def as_descriptors(kwargs: dict) -> dict:
@@ -287,4 +291,4 @@ def launch(kernel, grid, *args, descriptor_blocks=None, **kwargs):
         wrap = as_descriptors
     else:
         wrap = lambda named: gluon_descriptors(named, descriptor_blocks)  # noqa: E731
-    return fast.call(lambda: (kernel[grid](*args, **wrap(kwargs)), {}), grid, args, kwargs)
+    return fast.call(lambda: (kernel[grid](*args, **wrap(kwargs), **COMPILE_OPTIONS), {}), grid, args, kwargs)
