@@ -53,7 +53,7 @@ def _rel(a, b):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not launch_mod.FAST_LAUNCH, reason="the cache runs on Triton 3.6 GPUs")
+@pytest.mark.skipif(not launch_mod.FAST_LAUNCH, reason="the cache runs on Triton 3.6 and 3.9 GPUs")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_cached_launches_match_triton_path(dtype, monkeypatch):
     """mlp (pointer kernels, tuple arguments) and linear_act (TMA descriptors in bf16; the
@@ -260,7 +260,7 @@ def test_first_launch_of_a_thread_inside_a_capture():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not launch_mod.FAST_LAUNCH, reason="the cache runs on Triton 3.6 GPUs")
+@pytest.mark.skipif(not launch_mod.FAST_LAUNCH, reason="the cache runs on Triton 3.6 and 3.9 GPUs")
 def test_misaligned_input_after_aligned_one_is_not_served_the_aligned_kernel():
     """An input 2 bytes off 16-byte alignment, after the aligned one filled the cache: a
     kernel compiled for aligned pointers would read wrong (or fault); the key sends it to a
@@ -359,11 +359,13 @@ class _DescriptorKernel:
 def test_cached_launch_expands_descriptors_once_per_address_and_shape(monkeypatch):
     """On any machine: a hit hands the C launcher each descriptor expanded (Triton's own
     expansion, called once per address, shape and strides, then served from the table), the
-    rest of the arguments as they are; a kernel that needs scratch memory is not launched that way."""
+    rest of the arguments as they are; a kernel that needs scratch memory is not launched that way.
+    (The launcher laid out as Triton 3.6's, whatever Triton runs the test.)"""
     import triton.backends.nvidia.driver as driver
     from triton.runtime.jit import JITFunction
 
     monkeypatch.setattr(launch_mod, "FAST_LAUNCH", True)
+    monkeypatch.setattr(launch_mod, "_DIRECT_LAUNCHER", True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 77, raising=False)
     expanded = []
@@ -392,6 +394,37 @@ def test_cached_launch_expands_descriptors_once_per_address_and_shape(monkeypatc
 
     assert launch_mod._DirectLaunch.of(_DescriptorKernel(scratch=128)) is None
     assert launch_mod._DirectLaunch.of(_RecordingKernel()) is None  # no descriptor wrapper
+
+
+def test_cached_descriptor_launch_without_the_direct_launcher(monkeypatch):
+    """On any machine, as on Triton 3.9 (whose C launcher is not called directly): a hit of a
+    descriptor-taking kernel goes to ``compiled.run`` with a fresh descriptor object over each
+    ``*_desc`` tensor (Triton's wrapper fills it), every other argument as it is."""
+    from triton.runtime.jit import JITFunction
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    monkeypatch.setattr(launch_mod, "FAST_LAUNCH", True)
+    monkeypatch.setattr(launch_mod, "_DIRECT_LAUNCHER", False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 5, raising=False)
+    fast = launch_mod.FastLaunch(JITFunction(_toy_desc))
+    compiled, misses = _RecordingKernel(), []
+
+    def run():
+        misses.append(1)
+        return compiled, {"N_TILE": 16}
+
+    assert launch_mod._DirectLaunch.of(_DescriptorKernel()) is None
+    x, y, wider = torch.empty(64, 32), torch.empty(64), torch.empty(128, 32)
+    for x_arg in (x, wider):
+        fast.call(run, (4,), (), dict(x_desc=x, y_ptr=y, n=64))
+        fast.call(run, (4,), (), dict(x_desc=x_arg, y_ptr=y, n=64))
+    assert len(misses) == 1 and fast.hits == 3
+    for call, base in zip(compiled.calls, (x, x, wider)):
+        (gx, gy, gz, stream, function, packed, metadata, enter, exit_, desc, *rest) = call
+        assert (gx, gy, gz, stream, function, packed, metadata, enter, exit_) == (4, 1, 1, 5, "function", "packed",
+                                                                               None, None, None)
+        assert isinstance(desc, TensorDescriptor) and desc.base is base and rest == [y, 64, 16]
 
 
 def test_descriptor_parameters_are_wrapped_for_triton():

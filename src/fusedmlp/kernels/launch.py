@@ -31,10 +31,12 @@ here (a LoRA forward with five: 123 us of host per call, 87 through a pointer ke
 benchmarks/small_shape_paths.py), where most steps of a training loop reuse the addresses
 of the step before.
 
-The reuse runs on the Triton versions it was written against (3.6, whose launcher signature
-it calls, and whose launcher's tensor-descriptor wrapper it reads to reach the C launcher
-behind it) and only when no launch hook is installed (profilers such as proton install one);
-otherwise, and with ``FUSEDMLP_FAST_LAUNCH=0``, every launch takes Triton's own path.
+The reuse runs on the Triton versions it was checked against, 3.6 and 3.9 (the same
+specialisation rules and ``compiled.run`` signature; only 3.6's launcher's tensor-descriptor
+wrapper is read to reach the C launcher behind it, so on 3.9 a cached launch hands descriptor
+objects to ``compiled.run``, which fills them), and only when no launch hook is installed
+(profilers such as proton install one); otherwise, and with ``FUSEDMLP_FAST_LAUNCH=0``, every
+launch takes Triton's own path.
 """
 
 from __future__ import annotations
@@ -53,7 +55,10 @@ except ImportError:  # pragma: no cover - older Triton
 
 # The Triton interpreter is on (set before fusedmlp loads); every kernel module reads it from here.
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-_SUPPORTED = triton.__version__.startswith("3.6.")
+# Triton versions the cache was checked against (their specialisation rules and compiled.run's
+# signature); 3.6's C launcher also takes descriptors expanded here (_DirectLaunch)
+_SUPPORTED = triton.__version__.startswith(("3.6.", "3.9."))
+_DIRECT_LAUNCHER = triton.__version__.startswith("3.6.")
 FAST_LAUNCH = (_SUPPORTED and not INTERPRET
                and os.environ.get("FUSEDMLP_FAST_LAUNCH", "1") not in ("", "0"))
 _INT32 = (-(2**31), 2**31 - 1)
@@ -160,6 +165,8 @@ class _DirectLaunch:
 
     @classmethod
     def of(cls, compiled):
+        if not _DIRECT_LAUNCHER:
+            return None
         runner = getattr(compiled, "run", None)
         wrapper = getattr(runner, "launch", None)
         if getattr(runner, "global_scratch_size", 1) or getattr(runner, "profile_scratch_size", 1):
