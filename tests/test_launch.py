@@ -114,6 +114,27 @@ def test_first_call_inside_a_capture_is_a_clear_error(timing, monkeypatch):
     assert len(fresh.tuned.configs_timings) == 2 and _rel(y, ref) < 3e-2
 
 
+def _on_new_thread(target):
+    """``target()`` run on a thread of its own (its CUDA state fresh, as autograd's GPU thread's
+    is); its result, or its exception raised here."""
+    import threading
+
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = target()
+        except BaseException as error:  # reported in the test's thread
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("result")
+
+
 @pytest.mark.gpu
 def test_fork_join_on_gpu():
     """ops/_common.py's fork_join: the side function's launches go to a stream of the highest
@@ -121,8 +142,6 @@ def test_fork_join_on_gpu():
     function's to the caller's stream, and the caller's later work sees the side's slow write;
     one side stream per thread; in a capture with no side stream made yet, both run on the
     capturing stream, creating none, and the replay computes the same."""
-    import threading
-
     from fusedmlp.ops import _common as common
 
     device = torch.device("cuda", torch.cuda.current_device())
@@ -146,21 +165,6 @@ def test_fork_join_on_gpu():
         later = side_out + 0.0  # on the caller's stream, after the join
         return caller, result, main_out, later
 
-    def in_thread(target):
-        errors = []
-
-        def run():
-            try:
-                target()
-            except BaseException as error:  # reported in the test's thread
-                errors.append(error)
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        thread.join()
-        if errors:
-            raise errors[0]
-
     def plain(tag):
         caller, result, main_out, later = forked_step(tag)
         torch.cuda.synchronize()
@@ -169,8 +173,8 @@ def test_fork_join_on_gpu():
         assert (result == 6).all() and (main_out == 4).all() and (later == 6).all()
         assert common._side_stream(device.index, create=False)[0] == found[tag]
 
-    in_thread(lambda: plain("first"))
-    in_thread(lambda: plain("second"))
+    _on_new_thread(lambda: plain("first"))
+    _on_new_thread(lambda: plain("second"))
     assert found["first"] != found["second"]
 
     def captured():
@@ -186,7 +190,7 @@ def test_fork_join_on_gpu():
         torch.cuda.synchronize()
         assert (result == 6).all() and (main_out == 4).all() and (later == 6).all()
 
-    in_thread(captured)
+    _on_new_thread(captured)
 
 
 @pytest.mark.gpu
@@ -196,8 +200,6 @@ def test_descriptor_kernel_first_on_a_new_thread():
     allocator's cache, so no runtime call binds one first): it runs (launch.py's
     bind_cuda_context) and gives the main thread's result. Before, filling the descriptor
     failed with "invalid device context" (found by a SwiGLU backward on an H100)."""
-    import threading
-
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the descriptor-taking (ping-pong) kernels are for compute capability 9.0")
     x, fresh_x = (torch.randn(1000, 256, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -208,20 +210,13 @@ def test_descriptor_kernel_first_on_a_new_thread():
     expected = fusedmlp.linear_act(fresh_x, weight).clone()
     fusedmlp.linear_act(x, weight)  # leaves a block of the output's size in the allocator's cache
     torch.cuda.synchronize()
-    found, errors = [], []
 
     def first_launch():
-        try:
-            found.append(fusedmlp.linear_act(fresh_copy, weight))
-            torch.cuda.synchronize()
-        except BaseException as error:  # reported in the test's thread
-            errors.append(error)
+        y = fusedmlp.linear_act(fresh_copy, weight)
+        torch.cuda.synchronize()
+        return y
 
-    thread = threading.Thread(target=first_launch)
-    thread.start()
-    thread.join()
-    assert not errors, errors
-    assert torch.equal(found[0], expected)
+    assert torch.equal(_on_new_thread(first_launch), expected)
 
 
 @pytest.mark.gpu
@@ -230,33 +225,23 @@ def test_first_launch_of_a_thread_inside_a_capture():
     and compiled on another thread): the capture ends cleanly and its replay gives the other
     thread's result. Before, bind_cuda_context's stream query, illegal during a capture,
     invalidated it (torch.cuda.graph's exit raised cudaErrorStreamCaptureInvalidated)."""
-    import threading
-
     sizes = (13, 64, 8)
     ws = [(torch.randn(o, i, device="cuda") / i**0.5).to(torch.bfloat16) for i, o in zip(sizes, sizes[1:])]
     bs = [torch.randn(o, device="cuda").to(torch.bfloat16) for o in sizes[1:]]
     x = torch.randn(300, sizes[0], device="cuda", dtype=torch.bfloat16)
     expected = fusedmlp.mlp(x, ws, bs, "relu", None).clone()
     torch.cuda.synchronize()
-    found, errors = [], []
 
     def captured():
-        try:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                y = fusedmlp.mlp(x, ws, bs, "relu", None)
-            y.zero_()
-            graph.replay()
-            torch.cuda.synchronize()
-            found.append(y)
-        except BaseException as error:  # reported in the test's thread
-            errors.append(error)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = fusedmlp.mlp(x, ws, bs, "relu", None)
+        y.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        return y
 
-    thread = threading.Thread(target=captured)
-    thread.start()
-    thread.join()
-    assert not errors, errors
-    assert torch.equal(found[0], expected)
+    assert torch.equal(_on_new_thread(captured), expected)
 
 
 @pytest.mark.gpu
