@@ -282,21 +282,30 @@ class _RecordingKernel:
         self.calls.append(args)
 
 
-def test_cache_bookkeeping_with_a_recorded_launcher(monkeypatch):
-    """On any machine: misses go through ``run``; hits pass the launcher every argument in
-    signature order (config meta-parameters and defaults filled in) and the config's grid."""
+def _recorded_cache(monkeypatch, kernel_fn, compiled, meta, stream, direct=True):
+    """(cache, misses, run): a FastLaunch of ``kernel_fn`` switched on as on a GPU (device 0,
+    raw stream ``stream``; ``direct``: Triton 3.6's C launcher called with the descriptors
+    expanded), and a ``run`` that counts the misses and returns ``compiled`` with ``meta``."""
     from triton.runtime.jit import JITFunction
 
     monkeypatch.setattr(launch_mod, "FAST_LAUNCH", True)
+    monkeypatch.setattr(launch_mod, "_DIRECT_LAUNCHER", direct)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 1234, raising=False)
-    fast = launch_mod.FastLaunch(JITFunction(_toy))
-    compiled, misses = _RecordingKernel(), []
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: stream, raising=False)
+    misses = []
 
     def run():
         misses.append(1)
-        return compiled, {"N_TILE": 64, "num_warps": 4}
+        return compiled, dict(meta)
 
+    return launch_mod.FastLaunch(JITFunction(kernel_fn)), misses, run
+
+
+def test_cache_bookkeeping_with_a_recorded_launcher(monkeypatch):
+    """On any machine: misses go through ``run``; hits pass the launcher every argument in
+    signature order (config meta-parameters and defaults filled in) and the config's grid."""
+    compiled = _RecordingKernel()
+    fast, misses, run = _recorded_cache(monkeypatch, _toy, compiled, {"N_TILE": 64, "num_warps": 4}, 1234)
     x, y = torch.empty(100), torch.empty(100)
     grid = lambda meta: (triton.cdiv(100, meta["N_TILE"]),)  # noqa: E731
     for n in (32, 48, 33, 1, 35):  # 32 and 48: both divisible by 16; 33 and 35: neither; 1: its own
@@ -347,12 +356,9 @@ def test_cached_launch_expands_descriptors_once_per_address_and_shape(monkeypatc
     rest of the arguments as they are; a kernel that needs scratch memory is not launched that way.
     (The launcher laid out as Triton 3.6's, whatever Triton runs the test.)"""
     import triton.backends.nvidia.driver as driver
-    from triton.runtime.jit import JITFunction
 
-    monkeypatch.setattr(launch_mod, "FAST_LAUNCH", True)
-    monkeypatch.setattr(launch_mod, "_DIRECT_LAUNCHER", True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 77, raising=False)
+    compiled = _DescriptorKernel()
+    fast, misses, run = _recorded_cache(monkeypatch, _toy_desc, compiled, {"N_TILE": 16}, 77)
     expanded = []
 
     def expand(desc, meta):
@@ -360,13 +366,6 @@ def test_cached_launch_expands_descriptors_once_per_address_and_shape(monkeypatc
         return [f"map{len(expanded)}", *desc.shape, *desc.strides]
 
     monkeypatch.setattr(driver, "make_tensordesc_arg", expand)
-    fast = launch_mod.FastLaunch(JITFunction(_toy_desc))
-    compiled, misses = _DescriptorKernel(), []
-
-    def run():
-        misses.append(1)
-        return compiled, {"N_TILE": 16}
-
     x, y, wider = torch.empty(64, 32), torch.empty(64), torch.empty(128, 32)
     for x_arg in (x, x, x, wider, x):
         fast.call(run, (4,), (), dict(x_desc=x_arg, y_ptr=y, n=64))
@@ -385,20 +384,10 @@ def test_cached_descriptor_launch_without_the_direct_launcher(monkeypatch):
     """On any machine, as on Triton 3.9 (whose C launcher is not called directly): a hit of a
     descriptor-taking kernel goes to ``compiled.run`` with a fresh descriptor object over each
     ``*_desc`` tensor (Triton's wrapper fills it), every other argument as it is."""
-    from triton.runtime.jit import JITFunction
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    monkeypatch.setattr(launch_mod, "FAST_LAUNCH", True)
-    monkeypatch.setattr(launch_mod, "_DIRECT_LAUNCHER", False)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 5, raising=False)
-    fast = launch_mod.FastLaunch(JITFunction(_toy_desc))
-    compiled, misses = _RecordingKernel(), []
-
-    def run():
-        misses.append(1)
-        return compiled, {"N_TILE": 16}
-
+    compiled = _RecordingKernel()
+    fast, misses, run = _recorded_cache(monkeypatch, _toy_desc, compiled, {"N_TILE": 16}, 5, direct=False)
     assert launch_mod._DirectLaunch.of(_DescriptorKernel()) is None
     x, y, wider = torch.empty(64, 32), torch.empty(64), torch.empty(128, 32)
     for x_arg in (x, wider):

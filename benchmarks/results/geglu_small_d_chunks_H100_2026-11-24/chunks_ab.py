@@ -1,24 +1,15 @@
 """GEGLU recompute fwd+bwd at small d: one dh piece vs 2 column / 2 row chunks; plain and graphed, peak."""
 import json, os, sys
-import torch, triton
+import torch
 import fusedmlp.ops.glu as glu
-from fusedmlp.bench.harness import environment, measure, graph_steps, median_ms, peak_mib_above_current
+from fusedmlp.bench.harness import environment, measure, graph_steps, median_ms
 from fusedmlp.bench.suites.glu import _gemm_steps, _make_inputs
 
 shapes = [tuple(int(v) for v in s.split("x")) for s in sys.argv[1].split(",")]
 plans = sys.argv[2].split(",")
-library_rule = glu._dh_chunks
-
-def plan_of(name):
-    if name == "lib":
-        return library_rule
-    by_columns, count = name[0] == "c", int(name[1:])
-    def chunks(m, out, row_bytes, columns_allowed):
-        if by_columns and columns_allowed:
-            return True, glu.column_ranges(out, count)
-        rows = triton.cdiv(triton.cdiv(m, count), 128) * 128
-        return False, [(start, min(start + rows, m)) for start in range(0, m, rows)]
-    return chunks
+# the plans of benchmarks/geglu_dh_chunks.py (two folders up)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), *[".."] * 2))
+from geglu_dh_chunks import library_rule, plan_of  # noqa: E402
 
 rows = []
 forward = lambda x, w, b: glu.geglu(x, w, b, recompute=True)
