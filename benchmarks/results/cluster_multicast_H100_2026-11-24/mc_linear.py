@@ -1,12 +1,16 @@
-"""Prototype: the linear forward's ping-pong kernel on 2-CTA clusters, W tiles multicast.
+"""Prototype: the linear (and, with PAIRED, the GLU) forward's ping-pong kernel on 2-CTA
+clusters, W tiles multicast. Needs Triton 3.9's Gluon (multi-CTA layouts); `python mc_linear.py
+compile [paired]` compiles it for sm_90a without a GPU.
 
 A cluster owns tiles of 2 * BLOCK_M rows; CTA r of the pair takes rows r * BLOCK_M .. of each
 (x tile and y tile split by cga_layout [[1, 0]]), and both CTAs receive the same W tile
 (cga_layout [[0, 0]]), which the lead CTA loads once and multicasts. Barriers:
 - ready[s]: per CTA; each CTA's loader expects its x half + the whole W tile;
 - empty[s]: per CTA; its consumers freed the stage (its x half may be overwritten);
-- pair_empty[s]: one for the pair (in the lead CTA); both CTAs' consumers arrive, only the
+- pair_empty[s]: one for the pair (in the lead CTA); both CTAs' loaders arrive once their own
+  consumers freed the stage (FORWARD; without it, the consumers arrive themselves), only the
   lead waits, before it multicasts the next W tile into both CTAs.
+MULTICAST=False: each CTA loads its own copy of W, no pair barrier.
 """
 import sys
 import torch
