@@ -340,9 +340,9 @@ def compile_pingpong_for_hopper(module: str, kernel: str, config: str, activatio
     takes one, and assert each has its wgmma main loop, its register moves and at most 227 KiB
     of shared memory: a Triton whose Gluon API moved fails here before a GPU run would. With
     ``max_stack``, also at most that many bytes of stack per thread (ptxas's spills, read with
-    the cuobjdump Triton ships) where cuobjdump is there. In a child process: the interpreter
-    the suite runs under turns every @triton.jit function into one that compiled code cannot
-    call. Returns {"ACT/bias" or "ACT/no bias": facts}."""
+    the cuobjdump Triton ships) where cuobjdump is there; a callable gives the bound per
+    variant. In a child process: the interpreter the suite runs under turns every @triton.jit
+    function into one that compiled code cannot call. Returns {"ACT/bias" or "ACT/no bias": facts}."""
     import json
     import os
     import subprocess
@@ -358,7 +358,8 @@ def compile_pingpong_for_hopper(module: str, kernel: str, config: str, activatio
         assert facts["wgmma"] and facts["setmaxnreg"], (variant, facts)
         assert facts["shared"] <= 227 * 1024, (variant, facts)
         if max_stack is not None and facts["stack"] is not None:
-            assert facts["stack"] <= max_stack, (variant, facts)
+            bound = max_stack(variant) if callable(max_stack) else max_stack
+            assert facts["stack"] <= bound, (variant, facts)
     return results
 
 

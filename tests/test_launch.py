@@ -30,6 +30,27 @@ def test_key_tells_apart_what_triton_specialises_on():
     assert _value_key((aligned, 7)) == (_value_key(aligned), _value_key(7))
 
 
+def test_key_is_as_fine_as_triton_own_specialisation():
+    """Against the installed Triton's own rule (``native_specialize_impl``, what its launch
+    path keys compiled kernels on): any two values with the same key get the same
+    specialisation, so a cached kernel is never reused where Triton would compile another.
+    Runs wherever Triton is installed, so each version the cache is turned on for is checked."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    base = torch.empty(64, dtype=torch.float32)
+    values = [base[:16], base[1:17], base[4:20], base[2:18].to(torch.float64), base[:16].to(torch.bfloat16),
+              0, 1, 2, 3, 15, 16, 17, 48, -1, -16, -17, 2**31 - 16, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1,
+              -(2**31) - 16, 2**32, 2**40 + 3, 2**63 - 16, 2**63 - 1, 2**63, 2**63 + 16, 2**64 - 1, -(2**63),
+              True, False, 0.5, 2.0, -3.0]
+    by_key = {}
+    for value in values:
+        by_key.setdefault(_value_key(value), []).append(value)
+    for key, group in by_key.items():
+        specialisations = {native_specialize_impl(BaseBackend, v, False, True, True) for v in group}
+        assert len(specialisations) == 1, (key, group, specialisations)
+
+
 def test_host_integer_helpers_match_triton():
     """The ops' grids and row blocks use plain-Python cdiv and next_power_of_2 (ops/_common.py
     says why): the same integers as Triton's."""
@@ -53,7 +74,7 @@ def _rel(a, b):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not launch_mod.FAST_LAUNCH, reason="the cache runs on Triton 3.6 and 3.9 GPUs")
+@pytest.mark.skipif(not launch_mod.FAST_LAUNCH, reason="the cache runs on Triton 3.6 to 3.9 on a GPU")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_cached_launches_match_triton_path(dtype, monkeypatch):
     """mlp (pointer kernels, tuple arguments) and linear_act (TMA descriptors in bf16; the
@@ -87,6 +108,10 @@ def _cached_launches_match_triton_path(dtype, monkeypatch):
                                                                   [t.double() for t in bs], "relu", "relu")) < 3e-2
     assert mlp_fwd_launcher.fast.hits - mlp_hits >= 2  # the repeated batch sizes were served from the cache
     assert sum(cache.hits for cache in linear_caches) - lin_hits >= 2
+    if dtype == torch.bfloat16 and torch.cuda.get_device_capability() == (9, 0):
+        # the descriptor-taking kernels' hits went to the C launcher with descriptors expanded
+        entries = [entry for cache in (linear_fwd_tma_launcher.fast, pingpong) for entry in cache.cache.values()]
+        assert any(direct is not None for _, _, direct in entries), triton.__version__
 
 
 @pytest.mark.gpu
@@ -245,7 +270,7 @@ def test_first_launch_of_a_thread_inside_a_capture():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not launch_mod.FAST_LAUNCH, reason="the cache runs on Triton 3.6 and 3.9 GPUs")
+@pytest.mark.skipif(not launch_mod.FAST_LAUNCH, reason="the cache runs on Triton 3.6 to 3.9 on a GPU")
 def test_misaligned_input_after_aligned_one_is_not_served_the_aligned_kernel():
     """An input 2 bytes off 16-byte alignment, after the aligned one filled the cache: a
     kernel compiled for aligned pointers would read wrong (or fault); the key sends it to a
@@ -282,14 +307,15 @@ class _RecordingKernel:
         self.calls.append(args)
 
 
-def _recorded_cache(monkeypatch, kernel_fn, compiled, meta, stream, direct=True):
+def _recorded_cache(monkeypatch, kernel_fn, compiled, meta, stream, layout="spread"):
     """(cache, misses, run): a FastLaunch of ``kernel_fn`` switched on as on a GPU (device 0,
-    raw stream ``stream``; ``direct``: Triton 3.6's C launcher called with the descriptors
-    expanded), and a ``run`` that counts the misses and returns ``compiled`` with ``meta``."""
+    raw stream ``stream``; ``layout``: the C launcher called with the descriptors expanded, in
+    Triton 3.6's layout or 3.7-3.9's, or None: not called directly), and a ``run`` that counts
+    the misses and returns ``compiled`` with ``meta``."""
     from triton.runtime.jit import JITFunction
 
     monkeypatch.setattr(launch_mod, "FAST_LAUNCH", True)
-    monkeypatch.setattr(launch_mod, "_DIRECT_LAUNCHER", direct)
+    monkeypatch.setattr(launch_mod, "_LAUNCHER_LAYOUT", layout)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: stream, raising=False)
     misses = []
@@ -325,28 +351,43 @@ def _toy_desc(x_desc, y_ptr, n, N_TILE: tl.constexpr):
 
 
 def _wrapper_like_triton(launcher, tensordesc_indices, tensordesc_meta):
-    """A closure over the names Triton 3.6's tensor-descriptor wrapper keeps (the C launcher,
-    the descriptors' argument positions and their metadata)."""
+    """A closure over the names Triton 3.6's to 3.8's tensor-descriptor wrapper keeps (the C
+    launcher, the descriptors' argument positions and their metadata)."""
     def inner(*args):
         return launcher, tensordesc_indices, tensordesc_meta
 
     return inner
 
 
+def _wrapper_like_triton_39(launcher, signature, relevant_paths, tensordesc_meta, make_tensordesc_arg):
+    """A closure over the names Triton 3.9's wrapper keeps (the kernel's signature instead of
+    the descriptors' positions)."""
+    def inner(*args):
+        return launcher, signature, relevant_paths, tensordesc_meta, make_tensordesc_arg
+
+    return inner
+
+
 class _DescriptorKernel:
-    """A compiled kernel with one tensor-descriptor argument, its C launcher recorded."""
+    """A compiled kernel of ``_toy_desc`` (one tensor-descriptor argument), its C launcher
+    recorded; ``wrapper``: "3.6" (3.6 to 3.8's closure) or "3.9"."""
 
     packed_metadata = "packed"
     function = "function"
 
-    def __init__(self, scratch=0):
+    def __init__(self, scratch=0, wrapper="3.6", signature=("tensordesc<fp32[16, 32]>", "*fp32", "i32", "constexpr")):
         from types import SimpleNamespace
 
         self.calls = []
         self.meta = {"block_size": [16, 32]}
+        record = lambda *args: self.calls.append(args)  # noqa: E731
+        if wrapper == "3.9":
+            launch = _wrapper_like_triton_39(record, signature, {0: {}}, [self.meta], None)
+        else:
+            launch = _wrapper_like_triton(record, {0}, [self.meta])
         self.run = SimpleNamespace(
-            launch=_wrapper_like_triton(lambda *args: self.calls.append(args), {0}, [self.meta]),
-            global_scratch_size=scratch, profile_scratch_size=0, launch_cooperative_grid=False, launch_pdl=True,
+            launch=launch, global_scratch_size=scratch, profile_scratch_size=0, launch_cooperative_grid=False,
+            launch_pdl=True, arg_annotations="annotations", kernel_signature="signature",
         )
 
 
@@ -380,14 +421,50 @@ def test_cached_launch_expands_descriptors_once_per_address_and_shape(monkeypatc
     assert launch_mod._DirectLaunch.of(_RecordingKernel()) is None  # no descriptor wrapper
 
 
+@pytest.mark.parametrize("wrapper,takes_base_args", [("3.6", False), ("3.6", True), ("3.9", True)])
+def test_cached_launch_expands_descriptors_in_the_sequence_layout(monkeypatch, wrapper, takes_base_args):
+    """On any machine, the C launcher laid out as Triton 3.7's to 3.9's: the kernel's arguments
+    (descriptors expanded, from the table) as one tuple after the kernel's metadata, empty
+    hooks and scratch, and the launcher's argument annotations and signature; whether Triton's
+    expansion takes a third argument (3.8, 3.9) or not (3.7), and whether the wrapper keeps the
+    descriptors' positions (3.7, 3.8) or the signature (3.9). A 3.9 signature with a tuple (a
+    descriptor may sit inside it) is not launched directly."""
+    import triton.backends.nvidia.driver as driver
+
+    compiled = _DescriptorKernel(wrapper=wrapper)
+    fast, misses, run = _recorded_cache(monkeypatch, _toy_desc, compiled, {"N_TILE": 16}, 77, layout="sequence")
+    expanded = []
+
+    def expand(desc, meta):
+        expanded.append((desc.base.data_ptr(), tuple(desc.shape), tuple(desc.block_shape)))
+        return [f"map{len(expanded)}", *desc.shape, *desc.strides]
+
+    monkeypatch.setattr(driver, "make_tensordesc_arg", (lambda desc, meta, base: expand(desc, meta))
+                        if takes_base_args else expand)
+    x, y, wider = torch.empty(64, 32), torch.empty(64), torch.empty(128, 32)
+    for x_arg in (x, x, wider, x):
+        fast.call(run, (4, 2), (), dict(x_desc=x_arg, y_ptr=y, n=64))
+    assert len(misses) == 1 and fast.hits == 3
+    assert expanded == [(x.data_ptr(), (64, 32), (16, 32)), (wider.data_ptr(), (128, 32), (16, 32))]
+    head = (4, 2, 1, 77, "function", False, True, "packed", None, None, None, None, None, "annotations", "signature")
+    assert compiled.calls[0] == head + (("map1", 64, 32, 32, 1, y, 64, 16),)
+    assert compiled.calls[1] == head + (("map2", 128, 32, 32, 1, y, 64, 16),)
+    assert compiled.calls[2] == compiled.calls[0]
+    nested = _DescriptorKernel(wrapper="3.9", signature=(("tensordesc<fp32[16, 32]>", "i32"), "*fp32"))
+    assert launch_mod._DirectLaunch.of(nested) is None
+    monkeypatch.setattr(compiled.run, "gsan_enabled", True, raising=False)
+    assert launch_mod._DirectLaunch.of(compiled) is None  # the sanitizer adds arguments
+
+
 def test_cached_descriptor_launch_without_the_direct_launcher(monkeypatch):
-    """On any machine, as on Triton 3.9 (whose C launcher is not called directly): a hit of a
-    descriptor-taking kernel goes to ``compiled.run`` with a fresh descriptor object over each
-    ``*_desc`` tensor (Triton's wrapper fills it), every other argument as it is."""
+    """On any machine, as where the C launcher is not called directly (``DIRECT_DESCRIPTORS =
+    False``, or a launcher not laid out as written against): a hit of a descriptor-taking
+    kernel goes to ``compiled.run`` with a fresh descriptor object over each ``*_desc`` tensor
+    (Triton's wrapper fills it), every other argument as it is."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     compiled = _RecordingKernel()
-    fast, misses, run = _recorded_cache(monkeypatch, _toy_desc, compiled, {"N_TILE": 16}, 5, direct=False)
+    fast, misses, run = _recorded_cache(monkeypatch, _toy_desc, compiled, {"N_TILE": 16}, 5, layout=None)
     assert launch_mod._DirectLaunch.of(_DescriptorKernel()) is None
     x, y, wider = torch.empty(64, 32), torch.empty(64), torch.empty(128, 32)
     for x_arg in (x, wider):

