@@ -391,22 +391,31 @@ class _DescriptorKernel:
         )
 
 
-def test_cached_launch_expands_descriptors_once_per_address_and_shape(monkeypatch):
-    """On any machine: a hit hands the C launcher each descriptor expanded (Triton's own
-    expansion, called once per address, shape and strides, then served from the table), the
-    rest of the arguments as they are; a kernel that needs scratch memory is not launched that way.
-    (The launcher laid out as Triton 3.6's, whatever Triton runs the test.)"""
+def _recording_expansion(monkeypatch, takes_base_args=False):
+    """Replace Triton's descriptor expansion by one that records (address, shape, block shape)
+    per call and returns ["mapN", *shape, *strides]; ``takes_base_args``: with 3.8's and 3.9's
+    third parameter. Returns the record."""
     import triton.backends.nvidia.driver as driver
 
-    compiled = _DescriptorKernel()
-    fast, misses, run = _recorded_cache(monkeypatch, _toy_desc, compiled, {"N_TILE": 16}, 77)
     expanded = []
 
     def expand(desc, meta):
         expanded.append((desc.base.data_ptr(), tuple(desc.shape), tuple(desc.block_shape)))
         return [f"map{len(expanded)}", *desc.shape, *desc.strides]
 
-    monkeypatch.setattr(driver, "make_tensordesc_arg", expand)
+    monkeypatch.setattr(driver, "make_tensordesc_arg", (lambda desc, meta, base: expand(desc, meta))
+                        if takes_base_args else expand)
+    return expanded
+
+
+def test_cached_launch_expands_descriptors_once_per_address_and_shape(monkeypatch):
+    """On any machine: a hit hands the C launcher each descriptor expanded (Triton's own
+    expansion, called once per address, shape and strides, then served from the table), the
+    rest of the arguments as they are; a kernel that needs scratch memory is not launched that way.
+    (The launcher laid out as Triton 3.6's, whatever Triton runs the test.)"""
+    compiled = _DescriptorKernel()
+    fast, misses, run = _recorded_cache(monkeypatch, _toy_desc, compiled, {"N_TILE": 16}, 77)
+    expanded = _recording_expansion(monkeypatch)
     x, y, wider = torch.empty(64, 32), torch.empty(64), torch.empty(128, 32)
     for x_arg in (x, x, x, wider, x):
         fast.call(run, (4,), (), dict(x_desc=x_arg, y_ptr=y, n=64))
@@ -429,18 +438,9 @@ def test_cached_launch_expands_descriptors_in_the_sequence_layout(monkeypatch, w
     expansion takes a third argument (3.8, 3.9) or not (3.7), and whether the wrapper keeps the
     descriptors' positions (3.7, 3.8) or the signature (3.9). A 3.9 signature with a tuple (a
     descriptor may sit inside it) is not launched directly."""
-    import triton.backends.nvidia.driver as driver
-
     compiled = _DescriptorKernel(wrapper=wrapper)
     fast, misses, run = _recorded_cache(monkeypatch, _toy_desc, compiled, {"N_TILE": 16}, 77, layout="sequence")
-    expanded = []
-
-    def expand(desc, meta):
-        expanded.append((desc.base.data_ptr(), tuple(desc.shape), tuple(desc.block_shape)))
-        return [f"map{len(expanded)}", *desc.shape, *desc.strides]
-
-    monkeypatch.setattr(driver, "make_tensordesc_arg", (lambda desc, meta, base: expand(desc, meta))
-                        if takes_base_args else expand)
+    expanded = _recording_expansion(monkeypatch, takes_base_args)
     x, y, wider = torch.empty(64, 32), torch.empty(64), torch.empty(128, 32)
     for x_arg in (x, x, wider, x):
         fast.call(run, (4, 2), (), dict(x_desc=x_arg, y_ptr=y, n=64))
