@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs fusedmlp and what it needs into the current Python (idempotent).
 # PyTorch is installed only when missing: `torch==2.13.0` (a GPU build on a GPU machine from
-# PyPI; the local CPU wheel where one is provided). An existing torch >= 2.11 is kept.
+# PyPI; the local CPU wheel where one is provided). An existing torch 2.11-2.15 is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

@@ -107,7 +107,8 @@ def _plot_bars(env, rows, json_path, png_path, plt):
             ax.set_yscale("log")
             ax.set_title(f"{mode}: {title}", fontsize=9)
             ax.tick_params(labelsize=7)
-            ax.legend(fontsize=6)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=6)
     fields = "x".join(rows[0]["shape"])
     fig.suptitle(f"{rows[0]['suite']} {rows[0]['dtype']} ({fields}) on {env.get('device')} "
                  f"(torch {env.get('torch')}, triton {env.get('triton')}, {env.get('date')})", fontsize=10)
