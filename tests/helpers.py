@@ -286,15 +286,15 @@ kernel = getattr(__import__("fusedmlp.kernels." + module, fromlist=[kernel_name]
 name, _, overrides = config_name.partition(":")  # NAME or NAME:{json of changed entries}
 config = dict(getattr(configs, name), **json.loads(overrides or "{}"))
 base = torch.empty(256, 256, dtype=torch.bfloat16)
-def desc(name):  # the main loop's left operands (x, LoRA's xs, dpre, d_xa), [K, N] weights, [N, K] ones, an output
+def desc(name):  # the main loop's left operands (x, LoRA's xs, a dgrad's a and tail), [K, N] weights, [N, K] ones, an output
     # (and for LoRA's forward with xs on chip: A's tiles [R_PAD, BLOCK_K], B's [BLOCK_N, R_PAD], xs's [BLOCK_M, R_PAD])
     rank_blocks = {"rank_a_desc": ("RANK_BLOCK", "BLOCK_K"), "rank_b_desc": ("BLOCK_N", "RANK_BLOCK"),
                    "xs_out_desc": ("BLOCK_M", "RANK_BLOCK")}
     if name in rank_blocks:
         block = [config[key] for key in rank_blocks[name]]
         return mangle_type(TensorDescriptor.from_tensor(base, block, gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)))
-    rows, cols = (("BLOCK_M", "BLOCK_K") if name in ("x_desc", "gy_desc", "xs_desc", "dpre_in_desc", "d_xa_desc")
-                  else ("BLOCK_K", "BLOCK_N") if name in ("wd_desc", "w_kn_desc", "lora_a_desc")
+    rows, cols = (("BLOCK_M", "BLOCK_K") if name in ("x_desc", "gy_desc", "xs_desc", "a_desc", "tail_a_desc")
+                  else ("BLOCK_K", "BLOCK_N") if name in ("wd_desc", "w_kn_desc", "tail_w_kn_desc")
                   else ("BLOCK_N", "BLOCK_K") if name.startswith("w") or name == "lora_b_desc"
                   else ("BLOCK_M", "EPILOGUE_N" if "EPILOGUE_N" in config else "BLOCK_N"))
     block = [config[rows] * (2 if rows == "BLOCK_M" and cols == "BLOCK_K" and config.get("COOPERATIVE") else 1),

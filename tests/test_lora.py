@@ -150,7 +150,7 @@ def test_pingpong_kernel_compiles_for_hopper():
     compile_pingpong_for_hopper("lora", "lora_fwd_pingpong_kernel", "LINEAR_PINGPONG_CONFIG", ["gelu_tanh", "relu"])
     compile_pingpong_for_hopper("lora", "lora_fwd_pingpong_kernel", "LINEAR_WIDE_COOPERATIVE_CONFIG",
                                 ["gelu_tanh", "relu"])
-    compile_pingpong_for_hopper("lora", "lora_dgrad_pingpong_kernel", "LORA_DGRAD_PINGPONG_CONFIG", ["identity"],
+    compile_pingpong_for_hopper("linear_act", "dgrad_pingpong_kernel", "DGRAD_PINGPONG_CONFIG", ["identity"],
                                 max_stack=0)
 
 
@@ -261,7 +261,7 @@ def test_forms_beyond_the_pingpong_width_on_gpu(monkeypatch, activation, save_pr
             with ops.lora_forward_form.forcing(form) if form else contextlib.nullcontext():
                 run_check(tensors, g, torch.bfloat16, activation, scale=2.0, save_preact=save_preact,
                           what=f"{form or 'rule'} r={r}")
-            forward = [k for k in kernels if k is not ops.lora_dgrad_pingpong_kernel]  # not the backward's dx
+            forward = [k for k in kernels if k is not ops.dgrad_pingpong_kernel]  # not the backward's dx
             assert forward == ([ops.lora_fwd_pingpong_kernel] if form == "wide" else []), (form, kernels)
     monkeypatch.setattr(configs, "AUTOTUNE", True)
     chooser = FastestForm()
@@ -345,7 +345,7 @@ def test_dgrad_with_tail_strided_fallback(device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("activation,save_preact", [("identity", False), ("gelu_tanh", False), ("relu", True)])
 def test_dgrad_tail_on_gpu(monkeypatch, activation, save_preact):
-    """On Hopper, dx as lora_dgrad_pingpong_kernel with d_xa @ A as its last K steps (one step
+    """On Hopper, dx as dgrad_pingpong_kernel with d_xa @ A as its last K steps (one step
     at r = 8 and 24, two at 72; rows, columns and K partial; fewer rows than outputs and more;
     the backward in row chunks, where the activation streams dpre) where M * cdiv(r, 64) <=
     DGRAD_TAIL_ROWS_PER_OUTPUT * out and r is a multiple of 8, the merged weight otherwise:
@@ -368,7 +368,7 @@ def test_dgrad_tail_on_gpu(monkeypatch, activation, save_preact):
         run_check(tensors, g, torch.bfloat16, activation, scale=2.0, save_preact=save_preact,
                   what=f"dgrad tail {rows} rows, out {d_out}, r={r}, rule {rule}")
         tail = r % 8 == 0 and rows * -(-r // 64) <= ops.DGRAD_TAIL_ROWS_PER_OUTPUT * d_out
-        launches = kernels.count(ops.lora_dgrad_pingpong_kernel)
+        launches = kernels.count(ops.dgrad_pingpong_kernel)
         assert launches == (0 if not tail else 3 if chunked and activation != "identity" else 1), (rows, r, kernels)
 
 
@@ -407,10 +407,10 @@ def test_rank_products_beside_the_dgrad_on_gpu(monkeypatch, activation):
         return [t.grad.clone() for t in leaves if t.requires_grad]
 
     after = grads(1 << 62)
-    assert [launch[1:] for launch in launches if launch[0] is ops.lora_dgrad_pingpong_kernel] == \
+    assert [launch[1:] for launch in launches if launch[0] is ops.dgrad_pingpong_kernel] == \
         [(4, caller.priority, True)] * (1 if activation == "identity" else 3)
     beside = grads(0)
-    dgrads = [launch[1:] for launch in launches if launch[0] is ops.lora_dgrad_pingpong_kernel]
+    dgrads = [launch[1:] for launch in launches if launch[0] is ops.dgrad_pingpong_kernel]
     high = torch.cuda.Stream(priority=common.SIDE_STREAM_PRIORITY).priority
     assert high < caller.priority  # lower numbers go first
     # chunks of 256, 256 and 88 rows: 2, 2 and 1 row tiles of 128 on 4 SMs

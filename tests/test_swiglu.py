@@ -228,6 +228,31 @@ def test_pingpong_backward_on_gpu(monkeypatch, dtype, wide):
     assert kernels.count(dh_kernel) == 6
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_input_grad_on_the_dgrad_kernel_on_gpu(monkeypatch, dtype):
+    """On compute capability 9.0, dx = d_up @ W_up + d_gate @ W_gate as one dgrad ping-pong
+    kernel (the gate product as its tail K steps), on 3 SMs: hidden = 392 ends both products in
+    a partial K step and dim = 200 in a partial column tile. Store mode per row chunk (1000
+    rows) and over all rows after the loop (300 rows and a 3-D batch of 333: dh kept in h's
+    memory), recompute mode, x without a gradient (no dx, no launch), and hidden = 100, whose
+    gate half starts 200 bytes into each row (not TMA-readable: cuBLAS): every gradient
+    against float64."""
+    import fusedmlp.ops.swiglu as ops
+
+    kernels = recording_pingpong_launches(monkeypatch, ops)
+    for lead_shape, hidden, recompute, grads, launches in [
+        ((1000,), 392, False, (True,) * 4, 1), ((300,), 392, False, (True,) * 4, 1),
+        ((3, 111), 392, False, (True,) * 4, 1), ((1000,), 392, True, (True,) * 4, 1),
+        ((300,), 392, False, (False, True, True, True), 0), ((300,), 100, False, (True,) * 4, 0),
+    ]:
+        what = f"dgrad kernel {lead_shape} hidden={hidden} grads={grads}"
+        kernels.clear()
+        tensors, g = make_inputs(lead_shape, 200, hidden, "cuda", grads=grads)
+        run_check(tensors, g, dtype, recompute, what)
+        assert kernels.count(ops.dgrad_pingpong_kernel) == launches, (what, kernels)
+
+
 @pytest.mark.parametrize("recompute,expected", [(True, "x"), (False, "h,x")])
 def test_saved_tensors(device, recompute, expected):
     """recompute keeps x alone; store keeps x and h = [up | gate] ([rows, 2*hidden])."""

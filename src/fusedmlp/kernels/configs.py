@@ -260,12 +260,16 @@ LINEAR_COOPERATIVE_CONFIG = dict(LINEAR_PINGPONG_CONFIG, STAGES=3, COOPERATIVE=T
 # stage, 3 stages beside the two 32 KiB output buffers; GROUP_M 16 beat 8 at 6 of 8 shapes
 # (not at 4096 -> 14336 without pre stored, where the TMA kernel beat both).
 LINEAR_WIDE_COOPERATIVE_CONFIG = dict(LINEAR_COOPERATIVE_CONFIG, BLOCK_M=64, BLOCK_N=256, GROUP_M=16)
-# LoRA's backward dx = dpre @ W + d_xa @ A (lora.py's dgrad kernel, W read as [K, N] tiles): the
-# wide cooperative tiles. H100, bf16, kernel time in CUDA graphs (us; 4096 x 4096 weight, r = 16,
-# 8192 / 32768 rows): without the low-rank steps 406 / 1638-1684 against cuBLAS's dpre @ W
-# 406 / 1673; with them 415 / 1687-1711 against the merged weight's 454 / 1722 (addmm + cuBLAS)
-# and 430 / 1698 (lora.py's merge kernel + cuBLAS); 128 x 128 tiles alternating: 446 / 1759.
-LORA_DGRAD_PINGPONG_CONFIG = LINEAR_WIDE_COOPERATIVE_CONFIG
+# The input gradient dx = a @ W + tail_a @ tail_W (linear_act.py's dgrad_pingpong_kernel, W read
+# as [K, N] tiles): the wide cooperative tiles. LoRA (dpre @ W + d_xa @ A), H100, bf16, kernel
+# time in CUDA graphs (us; 4096 x 4096 weight, r = 16, 8192 / 32768 rows): without the low-rank
+# steps 406 / 1638-1684 against cuBLAS's dpre @ W 406 / 1673; with them 415 / 1687-1711 against
+# the merged weight's 454 / 1722 (addmm + cuBLAS) and 430 / 1698 (lora.py's merge kernel +
+# cuBLAS); 128 x 128 tiles alternating: 446 / 1759. SwiGLU (d_up @ W_up + d_gate @ W_gate, the
+# gate half as the tail; H100, bf16, do_bench, 5 interleaved rounds, ms): 16384 tokens at
+# 4096 -> 14336 5.23 against cuBLAS's mm + addmm 5.38, at 512 -> 1792 0.093 against 0.098;
+# 65536 at 512 -> 1792 0.370 against 0.397; 8192 at 4096 -> 14336 2.69 against 2.66.
+DGRAD_PINGPONG_CONFIG = LINEAR_WIDE_COOPERATIVE_CONFIG
 # LoRA's forward with xs formed on chip (lora.py's lora_fwd_onchip_kernel): the linear forward's
 # 128 x 128 tiles alternating, each stage also holding A's [R_PAD, 64] tile, two xs and two B
 # buffers ([128, R_PAD]) beside the output buffers: 4 stages at R_PAD = 16 (216 KiB). Ranks of

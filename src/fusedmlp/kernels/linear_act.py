@@ -36,7 +36,9 @@ Two designs for dx, both here:
 Two forms as everywhere: plain pointers (any strides; interpreter, fp32/fp64, pre-Hopper) and
 persistent tensor-descriptor kernels for aligned 16-bit data on Hopper. On compute capability
 9.0 the forward runs as ``linear_act_fwd_pingpong_kernel`` (Gluon, pingpong.py), whose
-epilogue overlaps the next tile's main loop.
+epilogue overlaps the next tile's main loop. ``dgrad_pingpong_kernel`` is a plain input
+gradient ``a @ W + tail_a @ tail_W`` on the same machinery (weights as stored), for the ops whose
+dx is a sum of two products (LoRA, SwiGLU).
 """
 
 import triton
@@ -127,6 +129,36 @@ def linear_act_fwd_pingpong_kernel(
                              COOPERATIVE, 0)),
         (pingpong_loader, (x_desc, w_desc, w_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, STAGES,
                            False, False, x_desc, w_desc, 0)),
+    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+
+
+@gluon.jit
+def dgrad_pingpong_kernel(
+    a_desc, w_kn_desc, tail_a_desc, tail_w_kn_desc, dx_desc,
+    M, N, K, R,
+    GROUP_M: gl.constexpr, STAGES: gl.constexpr, COOPERATIVE: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: DGRAD_PINGPONG_CONFIG
+):
+    """A backward's input gradient ``dx [M, N] = a @ W + tail_a @ tail_W`` (a ``[M, K]``,
+    W ``[K, N]`` and tail_W ``[R, N]``: layers' weights as stored, read as ``[K, N]`` tiles;
+    tail_a ``[M, R]``) as one ping-pong kernel (pingpong.py, ``W_KN``) whose last
+    ``cdiv(R, BLOCK_K)`` K steps read tail_a and tail_W (rows of tail_W past R read as zeros;
+    R = 0: no tail). One accumulator, so dx is rounded once, where cuBLAS takes two products
+    (mm, then addmm over the rounded first). Serves LoRA's dx = dpre @ W + d_xa @ A (the rank-r
+    term as a few tail steps: ops/lora.py) and SwiGLU's dx = d_up @ W_up + d_gate @ W_gate
+    (ops/swiglu.py). 16-bit data."""
+    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(a_desc, w_kn_desc, dx_desc, STAGES, False, 1,
+                                                                COOPERATIVE)
+    # identity, no bias, nothing but dx stored: the bias and second-output arguments are unused
+    gl.warp_specialize([
+        (pingpong_consumer, (dx_desc, dx_desc, dx_desc, dx_desc, dx_desc, a_bufs, b_bufs, c_bufs,
+                             ready, empty, turn, M, N, K, 0, "identity", False, False, False, True, GROUP_M,
+                             STAGES, COOPERATIVE, R)),
+        (pingpong_consumer, (dx_desc, dx_desc, dx_desc, dx_desc, dx_desc, a_bufs, b_bufs, c_bufs,
+                             ready, empty, turn, M, N, K, 1, "identity", False, False, False, True, GROUP_M,
+                             STAGES, COOPERATIVE, R)),
+        (pingpong_loader, (a_desc, w_kn_desc, w_kn_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M,
+                           STAGES, False, True, tail_a_desc, tail_w_kn_desc, R)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 

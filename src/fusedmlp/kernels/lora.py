@@ -31,9 +31,10 @@ column tiles instead (its docstring), for ranks up to 16. With xs given and rank
 the main loop (``cdiv(r, BLOCK_K)``, the columns past r read as zeros), after x @ W.T.
 
 Backward (ops/lora.py), with dpre = dL/dpre and ``d_xa = s * dpre @ B`` [M, r]:
-``lora_dgrad_pingpong_kernel`` forms ``dx = dpre @ W + d_xa @ A`` in one main loop on Hopper
-(W read as ``[K, N]`` tiles, d_xa and A as its last K steps), and ``lora_merge_kernel`` forms
-the merged weight ``W + s * B @ A`` that dx is otherwise taken against, in one pass over W.
+linear_act.py's ``dgrad_pingpong_kernel`` forms ``dx = dpre @ W + d_xa @ A`` in one main loop
+on Hopper (W read as ``[K, N]`` tiles, d_xa and A as its last K steps), and
+``lora_merge_kernel`` forms the merged weight ``W + s * B @ A`` that dx is otherwise taken
+against, in one pass over W.
 """
 
 import triton
@@ -180,33 +181,6 @@ def lora_fwd_pingpong_kernel(
                              COOPERATIVE, R)),
         (pingpong_loader, (x_desc, w_desc, w_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, STAGES,
                            False, False, xs_desc, lora_b_desc, R)),
-    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
-
-
-@gluon.jit
-def lora_dgrad_pingpong_kernel(
-    dpre_in_desc, w_kn_desc, d_xa_desc, lora_a_desc, dx_desc,
-    M, N, K, R,
-    GROUP_M: gl.constexpr, STAGES: gl.constexpr, COOPERATIVE: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: LORA_DGRAD_PINGPONG_CONFIG
-):
-    """The backward's ``dx [M, N] = dpre @ W + d_xa @ A`` (dpre ``[M, K]``, W ``[K, N]`` the
-    frozen weight as stored, d_xa ``[M, R]`` with s applied, A ``[R, N]``) as a ping-pong
-    kernel whose last K steps read d_xa and A (pingpong.py's tail with ``W_KN``; rows of A past
-    R read as zeros): the low-rank term costs ``cdiv(R, BLOCK_K)`` K steps, no ``[M, N]``
-    term in memory and no merged weight. 16-bit data."""
-    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(dpre_in_desc, w_kn_desc, dx_desc, STAGES, False, 1,
-                                                                COOPERATIVE)
-    # identity, no bias, nothing but dx stored: the bias and second-output arguments are unused
-    gl.warp_specialize([
-        (pingpong_consumer, (dx_desc, dx_desc, dx_desc, dx_desc, dx_desc, a_bufs, b_bufs, c_bufs,
-                             ready, empty, turn, M, N, K, 0, "identity", False, False, False, True, GROUP_M,
-                             STAGES, COOPERATIVE, R)),
-        (pingpong_consumer, (dx_desc, dx_desc, dx_desc, dx_desc, dx_desc, a_bufs, b_bufs, c_bufs,
-                             ready, empty, turn, M, N, K, 1, "identity", False, False, False, True, GROUP_M,
-                             STAGES, COOPERATIVE, R)),
-        (pingpong_loader, (dpre_in_desc, w_kn_desc, w_kn_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M,
-                           STAGES, False, True, d_xa_desc, lora_a_desc, R)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 

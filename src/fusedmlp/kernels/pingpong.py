@@ -47,8 +47,9 @@ Consumers: ``pingpong_consumer`` serves the fused forwards, ``linear_act_fwd_pin
 LoRA's ``xs @ B.T`` as the loader's tail K steps; lora.py's ``lora_fwd_onchip_kernel`` has
 its own loader and consumer around ``pingpong_mainloop_with_rank``, which forms x @ A.T
 beside x @ W.T), ``glu_fwd_pingpong_kernel`` (glu.py:
-y = x1 * act(x2)) and ``lora_dgrad_pingpong_kernel`` (lora.py: LoRA's backward
-dx = dpre @ W + d_xa @ A, W read as ``[K, N]`` tiles, the low-rank term as tail steps); ``pingpong_glu_dh_consumer``
+y = x1 * act(x2)) and ``dgrad_pingpong_kernel`` (linear_act.py: an input gradient
+dx = a @ W + tail_a @ tail_W, the weights read as ``[K, N]`` tiles, the second product as tail
+steps: LoRA's and SwiGLU's backward); ``pingpong_glu_dh_consumer``
 the GLU backward's dh, with h recomputed on the tile (``glu_bwd_dh_recompute_pingpong_kernel``,
 only x saved) or with h kept and g = gy @ Wd formed on the tile
 (``glu_bwd_dh_pingpong_kernel``, SwiGLU), and ``pingpong_glu_dh_wide_consumer`` the latter on

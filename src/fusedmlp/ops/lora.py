@@ -39,7 +39,7 @@ cheap order (``[M, r]`` intermediates):
 dx avoids where it can ``dpre @ W`` plus a separately formed low-rank term ``d_xa @ A`` (an
 ``[M, in]`` product written by one GEMM and read by the next). On Hopper in 16 bits (ranks
 whose rows TMA reads, r a multiple of 8) it is one ping-pong kernel whose main loop ends with
-``d_xa @ A`` as extra K steps (``lora_dgrad_pingpong_kernel``: ``cdiv(r, 64)`` steps of 64),
+``d_xa @ A`` as extra K steps (kernels/linear_act.py's ``dgrad_pingpong_kernel``: ``cdiv(r, 64)`` steps of 64),
 where ``M * cdiv(r, 64) <= DGRAD_TAIL_ROWS_PER_OUTPUT * out`` (eager calls; not in
 torch.compile's trace). Elsewhere, with at least as many rows as outputs, it is one GEMM
 against the merged weight ``W + s * B @ A``, formed once per backward by one pass over W
@@ -87,8 +87,8 @@ import torch
 from ..kernels.configs import (
     LINEAR_PINGPONG_CONFIG,
     LINEAR_WIDE_COOPERATIVE_CONFIG,
+    DGRAD_PINGPONG_CONFIG,
     LORA_CONFIGS,
-    LORA_DGRAD_PINGPONG_CONFIG,
     LORA_FP32_CONFIGS,
     LORA_ONCHIP_CONFIG,
     LORA_ONCHIP_STAGES,
@@ -96,8 +96,8 @@ from ..kernels.configs import (
     Launcher,
 )
 from ..kernels.launch import launch
+from ..kernels.linear_act import dgrad_pingpong_kernel
 from ..kernels.lora import (
-    lora_dgrad_pingpong_kernel,
     lora_fwd_kernel,
     lora_fwd_onchip_kernel,
     lora_fwd_pingpong_kernel,
@@ -175,7 +175,7 @@ ONCHIP_RANK_TILE_COST = 0.25
 ONCHIP_X_BYTES = 16 * 2**20
 # The backward's dx with d_xa @ A as the dgrad kernel's last K steps where M * cdiv(r, BLOCK_K)
 # is at most this many times out, against the merged weight beyond (H100, bf16, 4096 x 4096
-# weight, r = 16, kernel time in CUDA graphs, configs.py's LORA_DGRAD_PINGPONG_CONFIG: 415 against
+# weight, r = 16, kernel time in CUDA graphs, configs.py's DGRAD_PINGPONG_CONFIG: 415 against
 # 430 us at 8192 rows, a tie at 32768; at 32768 x 1024 -> 1024 124 against 119).
 DGRAD_TAIL_ROWS_PER_OUTPUT = 8
 # With the tail kernel, dB = dpre.T @ xs and dA = d_xa.T @ x (memory-bound: one read of dpre and
@@ -374,13 +374,13 @@ def _dgrad_tail_wanted(m, weight, lora_a) -> bool:
     16-bit, A's and d_xa's rows readable by TMA (``r`` and ``in`` multiples of 16 bytes' worth),
     and ``m * cdiv(r, BLOCK_K) <= DGRAD_TAIL_ROWS_PER_OUTPUT * out`` (the steps cost the
     GEMM's M x in per K step, the merged weight two passes over the in x out weight)."""
-    r, block_k = lora_a.shape[0], LORA_DGRAD_PINGPONG_CONFIG["BLOCK_K"]
+    r, block_k = lora_a.shape[0], DGRAD_PINGPONG_CONFIG["BLOCK_K"]
     return (pingpong_device(weight) and (r * lora_a.element_size()) % 16 == 0 and tma_eligible(weight, lora_a)
             and m * cdiv(r, block_k) <= DGRAD_TAIL_ROWS_PER_OUTPUT * weight.shape[0])
 
 
 def _dgrad_with_tail(dpre, weight, d_xa, lora_a, beside=()):
-    """``dx = dpre @ W + d_xa @ A`` [M, in]: one ping-pong kernel (kernels/lora.py) where dpre's
+    """``dx = dpre @ W + d_xa @ A`` [M, in]: one ping-pong kernel (kernels/linear_act.py) where dpre's
     rows are readable by TMA, else cuBLAS with the low-rank term as the GEMM's addend.
     ``beside``: functions (the rank products dB and dA) run on the current stream while the
     kernel runs on a high-priority stream, from ``BESIDE_DGRAD_MIN_MACS``; after it otherwise."""
@@ -395,16 +395,16 @@ def _dgrad_with_tail(dpre, weight, d_xa, lora_a, beside=()):
         torch.addmm(d_xa @ lora_a, dpre, weight, out=dx)
         run_beside()
         return dx
-    config, programs = LORA_DGRAD_PINGPONG_CONFIG, num_sms(dpre)
+    config, programs = DGRAD_PINGPONG_CONFIG, num_sms(dpre)
     fork = bool(beside) and m * n * weight.shape[0] >= BESIDE_DGRAD_MIN_MACS
     if fork:  # the fewest programs that take as many rounds of tiles: the SMs left take the products
         tiles = cdiv(m, config["BLOCK_M"] * (2 if config.get("COOPERATIVE") else 1)) * cdiv(n, config["BLOCK_N"])
         programs = cdiv(tiles, cdiv(tiles, programs))
 
     def dgrad():
-        launch_pingpong(lora_dgrad_pingpong_kernel, config, m, n, programs,
-                        {"dpre_in_desc": dpre, "d_xa_desc": d_xa}, {}, {"dx_desc": dx},
-                        {"w_kn_desc": weight, "lora_a_desc": lora_a},
+        launch_pingpong(dgrad_pingpong_kernel, config, m, n, programs,
+                        {"a_desc": dpre, "tail_a_desc": d_xa}, {}, {"dx_desc": dx},
+                        {"w_kn_desc": weight, "tail_w_kn_desc": lora_a},
                         M=m, N=n, K=weight.shape[0], R=lora_a.shape[0])
 
     if fork:

@@ -15,8 +15,12 @@ of the down projection's input gradient ``g = gy @ w_down`` is formed by one fus
 on the tile of a ping-pong kernel that reads h there (``glu_bwd_dh_pingpong_kernel`` on
 128 x 64 tiles up to d = 512, ``glu_bwd_dh_wide_pingpong_kernel`` on 128 x 128 beyond);
 elsewhere g is a cuBLAS product and the kernel streams g and h. With h recomputed the
-kernel forms g on the tile (G_GEMM) beside the recomputed products. Then cuBLAS: ``[dW_up; dW_gate] = dh.T @ x`` (one product),
-``dx = d_up @ w_up + d_gate @ w_gate``.
+kernel forms g on the tile (G_GEMM) beside the recomputed products. Then cuBLAS: ``[dW_up; dW_gate] = dh.T @ x`` (one product);
+and ``dx = d_up @ w_up + d_gate @ w_gate``: on Hopper (16-bit, TMA-readable, eager calls) one
+ping-pong kernel with the gate product as its last K steps (kernels/linear_act.py's
+``dgrad_pingpong_kernel``: dx rounded once; on an H100 0.93-0.97x the time of cuBLAS's two
+products at 16384 and 65536 tokens, a tie at 8192 x 4096 -> 14336: configs.py
+``DGRAD_PINGPONG_CONFIG``), elsewhere cuBLAS's mm, then addmm.
 
 Memory of the backward with h kept, in eager mode: dh is written over h, and z (and g where
 cuBLAS forms it, z then written over it) lies in memory that is dead at the time: the
@@ -56,10 +60,11 @@ from __future__ import annotations
 
 import torch
 
-from ..kernels.configs import GLU_BWD_BLOCK_M
+from ..kernels.configs import DGRAD_PINGPONG_CONFIG, GLU_BWD_BLOCK_M
+from ..kernels.linear_act import dgrad_pingpong_kernel
 from ._common import (
     autocast_dtype, backward_row_chunks, call_autocast, check_bool, check_linear_inputs, check_same_dtype_device,
-    check_tensor, grad_needed, reuse_saved_once, scratch_matrix,
+    check_tensor, grad_needed, launch_pingpong, num_sms, pingpong_eligible, reuse_saved_once, scratch_matrix,
 )
 from .activations import activation_reference
 from .glu import glu_backward_dh, glu_backward_dh_impl, glu_forward_impl
@@ -131,17 +136,37 @@ def _backward(grad_y, x, w_gate, w_up, w_down, h, needs, traced, in_place=False)
         elif needs_gate:
             grad_gate = accumulate(grad_gate, d_gate.t(), x_rows)
         if needs_x:
-            torch.mm(d_up, w_up, out=grad_x[rows])
-            grad_x[rows].addmm_(d_gate, w_gate)
+            _input_grad(d_up, d_gate, w_up, w_gate, grad_x[rows], traced)
         del dh, z, d_up, d_gate  # one chunk's transients alive at a time
     if whole:  # h now holds dh for every row
         torch.mm(h.t(), x, out=grad_pair)
         if needs_x:
-            torch.mm(h[:, :hidden], w_up, out=grad_x)
-            grad_x.addmm_(h[:, hidden:], w_gate)
+            _input_grad(h[:, :hidden], h[:, hidden:], w_up, w_gate, grad_x, traced)
     if grad_pair is not None:
         grad_up, grad_gate = grad_pair[:hidden], grad_pair[hidden:]
     return grad_x, grad_gate, grad_up, grad_down
+
+
+def _input_grad(d_up, d_gate, w_up, w_gate, out, traced):
+    """``out = d_up @ w_up + d_gate @ w_gate`` ([M, d]; the weights as stored, [hidden, d]): one
+    ping-pong kernel on Hopper in eager calls (the gate product as its tail K steps), else
+    cuBLAS's two products. ``traced``: under torch.compile's tracing, where no kernel may launch.
+
+    The kernel saves GPU time at every size measured and costs some host time (a launch with four
+    descriptors against two ATen calls; H100 host, 16384 x 512 -> 1792: 84 against 55 us per
+    call, medians of 7 rounds that spread 47-92 and 42-60). So a plain step that is the host's
+    (small shapes: 1.2-1.4 ms of host against 0.54 of GPU there) pays that, while the same step
+    replayed from a CUDA graph, as small shapes should run, gains (0.540 against 0.549 ms):
+    benchmarks/results/swiglu_dgrad_dx_H100_2026-11-25/."""
+    if not traced and pingpong_eligible(d_up, d_gate, w_up, w_gate, out):
+        m, n = out.shape
+        launch_pingpong(dgrad_pingpong_kernel, DGRAD_PINGPONG_CONFIG, m, n, num_sms(out),
+                        {"a_desc": d_up, "tail_a_desc": d_gate}, {}, {"dx_desc": out},
+                        {"w_kn_desc": w_up, "tail_w_kn_desc": w_gate},
+                        M=m, N=n, K=w_up.shape[0], R=w_gate.shape[0])
+        return
+    torch.mm(d_up, w_up, out=out)
+    out.addmm_(d_gate, w_gate)
 
 
 def _g_scratch(dead, rows, hidden, like):
