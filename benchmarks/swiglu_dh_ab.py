@@ -1,17 +1,24 @@
-"""SwiGLU's fwd+bwd step with the store backward's dh formed on a ping-pong kernel's tile
-(the library's path) against the same step with dh from cuBLAS's g plus the stream kernel
-(the path before the 128 x 128 dh kernel, forced by declining the ping-pong dh kernel), and
-torch.compile's step, side by side in one process.
+"""SwiGLU's fwd+bwd step, the library's path against two earlier ones and torch.compile's step,
+side by side in one process: ``fused`` (the library: dh formed on a ping-pong kernel's tile, dx
+as one dgrad kernel), ``fused_stream_dh`` (dh from cuBLAS's g plus the stream kernel: the path
+before the 128 x 128 dh kernel, forced by declining the ping-pong dh kernel) and
+``fused_cublas_dx`` (dx as cuBLAS's two products: the path before the dgrad kernel, forced by
+declining it).
 
-    python benchmarks/swiglu_dh_ab.py [TOKENSxDxHIDDEN ...]   (default 16384x4096x14336 16384x2048x5632 16384x1024x2816)
+    python benchmarks/swiglu_dh_ab.py [--graphed] [TOKENSxDxHIDDEN ...]   (default 16384x4096x14336 16384x2048x5632 16384x1024x2816)
 
 Per shape: each variant warmed up (compile compiles), then ``harness.stepwise_ms`` rotated: 4
 rounds in each of which the variants take turns step by step, 10 steps each (the order rotated
 by one every time, so that all share the board's clock drift under the sustained load), each
 step timed alone with CUDA events after an L2 flush (at these shapes the GPU is the bound, not
 the host), the first of a round not counted; a variant's time is the median of its round
-medians (each round's are recorded too). Also names the dh kernel the library's step launched
-(torch.profiler). Prints one JSON line per shape and writes $OUT/swiglu_dh_ab.json.
+medians (each round's are recorded too). With ``--graphed`` instead: each variant's step
+captured in a CUDA graph (``capture_cuda_graph``; the variant's path in force during warm-up and
+capture), the replays timed by ``harness.interleaved_ms`` (5 rounds, alternating order, L2
+flushed before each replay), and the host microseconds per plain step
+(``harness.host_us_per_call``: 50 back-to-back steps, no sync, median of 5 runs; each variant in
+its own block). Also names the dh and dx kernels the library's step launched (torch.profiler).
+Prints one JSON line per shape and writes $OUT/swiglu_dh_ab.json.
 """
 import json
 import statistics
@@ -22,11 +29,15 @@ from torch.profiler import ProfilerActivity, profile
 
 import fusedmlp
 import fusedmlp.ops.glu as glu_ops
-from fusedmlp.bench.harness import stepwise_ms, write_sweep
+import fusedmlp.ops.swiglu as swiglu_ops
+from fusedmlp._cuda_graph import capture_cuda_graph
+from fusedmlp.bench.harness import host_us_per_call, interleaved_ms, stepwise_ms, write_sweep
 
+graphed = "--graphed" in sys.argv[1:]
 shapes = [tuple(int(v) for v in s.split("x"))
-          for s in (sys.argv[1:] or ["16384x4096x14336", "16384x2048x5632", "16384x1024x2816"])]
-real_eligible = glu_ops.pingpong_eligible
+          for s in ([a for a in sys.argv[1:] if a != "--graphed"]
+                    or ["16384x4096x14336", "16384x2048x5632", "16384x1024x2816"])]
+real_eligible = glu_ops.pingpong_eligible  # the same function in both ops modules
 
 
 def without_dh_kernel(*tensors):
@@ -37,14 +48,14 @@ def without_dh_kernel(*tensors):
     return real_eligible(*tensors)
 
 
-def with_eligible(step, eligible):
-    """``step`` run with ``eligible`` as the GLU ops' pingpong_eligible."""
+def with_eligible(step, eligible, module=glu_ops):
+    """``step`` run with ``eligible`` as ``module``'s pingpong_eligible."""
     def run():
-        glu_ops.pingpong_eligible = eligible
+        module.pingpong_eligible = eligible
         try:
             return step()
         finally:
-            glu_ops.pingpong_eligible = real_eligible
+            module.pingpong_eligible = real_eligible
     return run
 
 
@@ -65,25 +76,32 @@ for tokens, d, hidden in shapes:
         return torch.autograd.grad(fusedmlp.swiglu(x, *weights), wrt, gy)
 
     variants = {
-        "fused": (fused_step, real_eligible),
-        "fused_stream_dh": (fused_step, without_dh_kernel),
-        "compile": (lambda: torch.autograd.grad(compiled(x, *weights), wrt, gy), real_eligible),
+        "fused": (fused_step, real_eligible, glu_ops),
+        "fused_stream_dh": (fused_step, without_dh_kernel, glu_ops),
+        "fused_cublas_dx": (fused_step, lambda *tensors: False, swiglu_ops),  # swiglu's only check: dx's
+        "compile": (lambda: torch.autograd.grad(compiled(x, *weights), wrt, gy), real_eligible, glu_ops),
     }
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fused_step()
         torch.cuda.synchronize()
-    dh_kernels = sorted({e.name for e in prof.events() if "glu_bwd" in e.name})
+    dh_kernels = sorted({e.name for e in prof.events() if "glu_bwd" in e.name or "dgrad" in e.name})
 
-    steps = {name: with_eligible(step, eligible) for name, (step, eligible) in variants.items()}
+    steps = {name: with_eligible(step, eligible, module) for name, (step, eligible, module) in variants.items()}
     for run in steps.values():  # warm-up (compile compiles)
         for _ in range(3):
             run()
-    rounds = stepwise_ms(steps, 4, 10, 1, True)
-    row = dict(shape=[tokens, d, hidden], dh_kernels=dh_kernels,
+    host = {}
+    if graphed:
+        rounds = interleaved_ms({name: capture_cuda_graph(run)[0].replay for name, run in steps.items()}, 5)
+        host = {f"{name}_host_us": host_us_per_call(run, calls=50) for name, run in steps.items()}
+    else:
+        rounds = stepwise_ms(steps, 4, 10, 1, True)
+    row = dict(shape=[tokens, d, hidden], graphed=graphed, dh_kernels=dh_kernels,
                **{f"{name}_ms": statistics.median(ms) for name, ms in rounds.items()},
-               **{f"{name}_rounds_ms": ms for name, ms in rounds.items()})
+               **{f"{name}_rounds_ms": ms for name, ms in rounds.items()}, **host)
     row["fused/compile"] = row["fused_ms"] / row["compile_ms"]
     row["fused_stream_dh/compile"] = row["fused_stream_dh_ms"] / row["compile_ms"]
+    row["fused_cublas_dx/compile"] = row["fused_cublas_dx_ms"] / row["compile_ms"]
     rows.append(row)
     print(json.dumps(row), flush=True)
 write_sweep("swiglu_dh_ab", rows)
