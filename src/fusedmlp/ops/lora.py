@@ -85,9 +85,9 @@ import numpy as np
 import torch
 
 from ..kernels.configs import (
+    DGRAD_PINGPONG_CONFIG,
     LINEAR_PINGPONG_CONFIG,
     LINEAR_WIDE_COOPERATIVE_CONFIG,
-    DGRAD_PINGPONG_CONFIG,
     LORA_CONFIGS,
     LORA_FP32_CONFIGS,
     LORA_ONCHIP_CONFIG,
