@@ -302,6 +302,7 @@ def desc(name):  # the main loop's left operands (x, LoRA's xs, a dgrad's a and 
     layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
     return mangle_type(TensorDescriptor.from_tensor(base, block, layout))
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 results = {}
 for i, act in enumerate(activations):
     for has_bias in ((True, False) if "HAS_BIAS" in kernel.arg_names else (True,)):
@@ -321,7 +322,14 @@ for i, act in enumerate(activations):
                                   options={"num_warps": config["num_warps"], "maxnreg": config["maxnreg"]})
         ptx = compiled.asm["ptx"]
         facts = {"wgmma": "wgmma.mma_async" in ptx, "setmaxnreg": "setmaxnreg" in ptx,
-                 "shared": compiled.metadata.shared, "stack": None}
+                 "shared": compiled.metadata.shared, "stack": None, "serialized": None}
+        if os.path.exists(ptxas):  # ptxas's C7515 notice: it made every wgmma of the kernel wait for the last
+            with tempfile.TemporaryDirectory() as tmp:
+                with open(os.path.join(tmp, "k.ptx"), "w") as f:
+                    f.write(ptx)
+                log = subprocess.run([ptxas, "-arch=sm_90a", "-v", os.path.join(tmp, "k.ptx"), "-o",
+                                      os.path.join(tmp, "k.cubin")], capture_output=True, text=True)
+            facts["serialized"] = "C7515" in log.stdout + log.stderr
         if os.path.exists(cuobjdump):  # the per-thread stack: what ptxas spilled (and a few saved values)
             with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
                 cubin.write(compiled.asm["cubin"])
@@ -337,8 +345,10 @@ def compile_pingpong_for_hopper(module: str, kernel: str, config: str, activatio
     """Compile the Gluon ping-pong kernel ``kernels/<module>.py:<kernel>`` with its config for
     sm_90a with the installed Triton (Triton compiles for a named target without a GPU), one
     activation at a time (the store flags alternate), with a bias and without where the kernel
-    takes one, and assert each has its wgmma main loop, its register moves and at most 227 KiB
-    of shared memory: a Triton whose Gluon API moved fails here before a GPU run would. With
+    takes one, and assert each has its wgmma main loop, its register moves, at most 227 KiB
+    of shared memory and MMAs that ptxas did not serialise (its C7515 notice, from the ptxas
+    Triton ships: each wgmma then waits for the one before, which cost a kernel 8-12%): a
+    Triton whose Gluon API moved fails here before a GPU run would. With
     ``max_stack``, also at most that many bytes of stack per thread (ptxas's spills, read with
     the cuobjdump Triton ships) where cuobjdump is there; a callable gives the bound per
     variant. In a child process: the interpreter the suite runs under turns every @triton.jit
@@ -357,6 +367,7 @@ def compile_pingpong_for_hopper(module: str, kernel: str, config: str, activatio
     for variant, facts in results.items():
         assert facts["wgmma"] and facts["setmaxnreg"], (variant, facts)
         assert facts["shared"] <= 227 * 1024, (variant, facts)
+        assert not facts["serialized"], (variant, facts)
         if max_stack is not None and facts["stack"] is not None:
             bound = max_stack(variant) if callable(max_stack) else max_stack
             assert facts["stack"] <= bound, (variant, facts)
