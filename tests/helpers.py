@@ -302,7 +302,11 @@ def desc(name):  # the main loop's left operands (x, LoRA's xs, a dgrad's a and 
     layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
     return mangle_type(TensorDescriptor.from_tensor(base, block, layout))
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+try:  # the ptxas Triton itself runs for sm_90a (3.9 ships two; the older one rejects its PTX)
+    from triton.backends.nvidia.compiler import get_ptxas
+    ptxas = get_ptxas(90).path
+except (ImportError, TypeError, AttributeError):
+    ptxas = ""
 results = {}
 for i, act in enumerate(activations):
     for has_bias in ((True, False) if "HAS_BIAS" in kernel.arg_names else (True,)):
@@ -323,12 +327,14 @@ for i, act in enumerate(activations):
         ptx = compiled.asm["ptx"]
         facts = {"wgmma": "wgmma.mma_async" in ptx, "setmaxnreg": "setmaxnreg" in ptx,
                  "shared": compiled.metadata.shared, "stack": None, "serialized": None}
-        if os.path.exists(ptxas):  # ptxas's C7515 notice: it made every wgmma of the kernel wait for the last
+        if ptxas and os.path.exists(ptxas):  # ptxas's C7515 notice: it made every wgmma of the kernel wait for the last
             with tempfile.TemporaryDirectory() as tmp:
                 with open(os.path.join(tmp, "k.ptx"), "w") as f:
                     f.write(ptx)
                 log = subprocess.run([ptxas, "-arch=sm_90a", "-v", os.path.join(tmp, "k.ptx"), "-o",
                                       os.path.join(tmp, "k.cubin")], capture_output=True, text=True)
+            if log.returncode:  # a ptxas that fails here would hide the notice
+                raise RuntimeError(f"ptxas failed on {kernel_name}: {log.stderr[-2000:]}")
             facts["serialized"] = "C7515" in log.stdout + log.stderr
         if os.path.exists(cuobjdump):  # the per-thread stack: what ptxas spilled (and a few saved values)
             with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
@@ -347,7 +353,8 @@ def compile_pingpong_for_hopper(module: str, kernel: str, config: str, activatio
     activation at a time (the store flags alternate), with a bias and without where the kernel
     takes one, and assert each has its wgmma main loop, its register moves, at most 227 KiB
     of shared memory and MMAs that ptxas did not serialise (its C7515 notice, from the ptxas
-    Triton ships: each wgmma then waits for the one before, which cost a kernel 8-12%): a
+    Triton compiles sm_90a with: each wgmma then waits for the one before, which cost a kernel
+    8-12%): a
     Triton whose Gluon API moved fails here before a GPU run would. With
     ``max_stack``, also at most that many bytes of stack per thread (ptxas's spills, read with
     the cuobjdump Triton ships) where cuobjdump is there; a callable gives the bound per
