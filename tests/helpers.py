@@ -327,7 +327,7 @@ for i, act in enumerate(activations):
         ptx = compiled.asm["ptx"]
         facts = {"wgmma": "wgmma.mma_async" in ptx, "setmaxnreg": "setmaxnreg" in ptx,
                  "shared": compiled.metadata.shared, "stack": None, "serialized": None}
-        if ptxas and os.path.exists(ptxas):  # ptxas's C7515 notice: it made every wgmma of the kernel wait for the last
+        if ptxas and os.path.exists(ptxas):  # C7515: ptxas made every wgmma wait for the one before
             with tempfile.TemporaryDirectory() as tmp:
                 with open(os.path.join(tmp, "k.ptx"), "w") as f:
                     f.write(ptx)
@@ -354,8 +354,7 @@ def compile_pingpong_for_hopper(module: str, kernel: str, config: str, activatio
     takes one, and assert each has its wgmma main loop, its register moves, at most 227 KiB
     of shared memory and MMAs that ptxas did not serialise (its C7515 notice, from the ptxas
     Triton compiles sm_90a with: each wgmma then waits for the one before, which cost a kernel
-    8-12%): a
-    Triton whose Gluon API moved fails here before a GPU run would. With
+    8-12%): a Triton whose Gluon API moved fails here before a GPU run would. With
     ``max_stack``, also at most that many bytes of stack per thread (ptxas's spills, read with
     the cuobjdump Triton ships) where cuobjdump is there; a callable gives the bound per
     variant. In a child process: the interpreter the suite runs under turns every @triton.jit
