@@ -478,6 +478,36 @@ def test_cached_descriptor_launch_without_the_direct_launcher(monkeypatch):
         assert isinstance(desc, TensorDescriptor) and desc.base is base and rest == [y, 64, 16]
 
 
+def test_gluon_launches_are_keyed_on_their_descriptor_blocks(monkeypatch):
+    """On any machine: ``launch`` with ``descriptor_blocks`` (a Gluon kernel; launch_pingpong
+    pops a config's block sizes into them) compiles once per set of block shapes and serves
+    each set its own compiled kernel. Two calls alike but for the blocks shared one before the
+    blocks were part of the key: the GLU forward's cooperative and wide forms (configs that
+    differ in their block sizes alone) then both ran whichever was launched first, and LoRA's
+    forward with a rank block of 32 ran one compiled for 16 (xs's columns past 16 unwritten)."""
+    from triton.runtime.jit import JITFunction
+
+    _recorded_cache(monkeypatch, _toy_desc, None, {}, 9, layout=None)  # the cache switched on as on a GPU
+    compiled = {(16, 32): _RecordingKernel(), (32, 32): _RecordingKernel()}
+    compiles = []
+
+    class Kernel(JITFunction):
+        def __getitem__(self, grid):
+            def first_launch(*args, **kwargs):  # Triton's path: compiles for the descriptor's block
+                compiles.append(kwargs["x_desc"][1])
+                return compiled[kwargs["x_desc"][1]]
+            return first_launch
+
+    monkeypatch.setattr(launch_mod, "gluon_descriptors",
+                        lambda named, blocks: {**named, "x_desc": ("descriptor", tuple(blocks["x_desc"]))})
+    kernel = Kernel(_toy_desc)
+    x, y = torch.empty(64, 32), torch.empty(64)
+    for block in ((16, 32), (32, 32), (16, 32), (32, 32), (32, 32)):
+        launch_mod.launch(kernel, (4,), x_desc=x, y_ptr=y, n=64, N_TILE=16, descriptor_blocks={"x_desc": block})
+    assert compiles == [(16, 32), (32, 32)]
+    assert len(compiled[(16, 32)].calls) == 1 and len(compiled[(32, 32)].calls) == 2  # the hits, each its own
+
+
 def test_descriptor_parameters_are_wrapped_for_triton():
     from triton.tools.tensor_descriptor import TensorDescriptor
 

@@ -15,7 +15,8 @@ chosen config, which are filed under a key that captures everything Triton speci
   int64, or uint64 from 2^63 on); floats: nothing;
 - constexpr arguments, launch options (num_warps, ...) and everything else (strings, dtypes):
   the value itself; tuples are keyed element by element;
-- tensor descriptors: the base's dtype and alignment (the block shape follows from the config);
+- tensor descriptors: the base's dtype and alignment, and their block shapes (a Triton
+  kernel's follow from the config; a Gluon kernel's are named by the caller, ``launch``);
 - the autotune key's arguments by value, the current device.
 
 Later calls with the same key go straight to the compiled kernel's launcher. The key is at
@@ -243,7 +244,8 @@ class FastLaunch:
     ``call(run, grid, args, kwargs, by_value=())``: ``run()`` launches through Triton and
     returns ``(compiled kernel, meta)`` where ``meta`` holds the config's meta-parameters (and
     num_warps / num_stages, which the launcher ignores); ``by_value`` names arguments to key by
-    value (the autotune key). ``pre_hook(dict)`` of the config, if any, runs on every launch,
+    value (the autotune key) and ``key_extra`` anything else the compiled kernel depends on
+    (a Gluon kernel's descriptor block shapes). ``pre_hook(dict)`` of the config, if any, runs on every launch,
     except on the direct descriptor path when ``pre_hook_sets_descriptor_blocks`` says all it
     does is give descriptor objects their block shapes (that path makes none).
     """
@@ -265,8 +267,8 @@ class FastLaunch:
         # pointer kernels have nothing to wrap: a cached launch skips the scan for descriptors
         self.takes_descriptors = any(name.endswith(DESCRIPTOR_SUFFIX) for name in self.arg_names)
 
-    def _key(self, args, kwargs, by_value, device):
-        parts = [device]
+    def _key(self, args, kwargs, by_value, device, key_extra):
+        parts = [device, key_extra]
         constexpr, names, runtime = self.constexpr, self.arg_names, self.runtime
         for i, value in enumerate(args):
             parts.append(value if names[i] in constexpr else _value_key(value))
@@ -276,14 +278,14 @@ class FastLaunch:
             parts.append((name, _value_key(value) if name in runtime and name not in by_value else value))
         return tuple(parts)
 
-    def call(self, run, grid, args, kwargs, by_value=()):
+    def call(self, run, grid, args, kwargs, by_value=(), key_extra=()):
         if not INTERPRET:
             bind_cuda_context()
         if not FAST_LAUNCH or not self.supported or _hooks_installed():
             return run()
         device = torch.cuda.current_device()
         try:
-            key = self._key(args, kwargs, by_value, device)
+            key = self._key(args, kwargs, by_value, device, key_extra)
             hash(key)
         except TypeError:  # an unhashable argument: Triton's path
             return run()
@@ -323,7 +325,11 @@ def launch(kernel, grid, *args, descriptor_blocks=None, **kwargs):
     if fast is None:
         fast = kernel._fusedmlp_fast = FastLaunch(kernel)
     if descriptor_blocks is None:
-        wrap = as_descriptors
+        wrap, blocks = as_descriptors, ()
     else:
         wrap = lambda named: gluon_descriptors(named, descriptor_blocks)  # noqa: E731
-    return fast.call(lambda: (kernel[grid](*args, **wrap(kwargs), **COMPILE_OPTIONS), {}), grid, args, kwargs)
+        # the block shapes are part of the descriptors' types, so of the compiled kernel: two
+        # calls alike but for them (a config's BLOCK_* popped into descriptor_blocks) need two
+        blocks = tuple(sorted(descriptor_blocks.items()))
+    return fast.call(lambda: (kernel[grid](*args, **wrap(kwargs), **COMPILE_OPTIONS), {}), grid, args, kwargs,
+                     key_extra=blocks)
