@@ -318,7 +318,8 @@ for i, act in enumerate(activations):
                                      else bool(i % 2) if p.name.startswith("STORE_") else True)
                 signature[p.name] = "constexpr"
             else:
-                signature[p.name] = (desc(p.name) if p.name.endswith("_desc") else "*bf16" if p.name.endswith("_ptr")
+                signature[p.name] = (desc(p.name) if p.name.endswith("_desc") else "*i32" if p.name == "flags_ptr"
+                                     else "*bf16" if p.name.endswith("_ptr")
                                      else "fp32" if p.name.startswith("SCALE_") else "i32")
         positions = {(kernel.arg_names.index(k),): v for k, v in constants.items()}
         compiled = triton.compile(GluonASTSource(kernel, signature, constexprs=positions),

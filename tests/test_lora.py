@@ -116,7 +116,8 @@ def test_tma_kernel(device, monkeypatch, r, dtype, activation, save_preact):
     else:
         monkeypatch.setattr(ops, "tma_eligible", lambda *tensors: True)
         monkeypatch.setattr(ops, "num_sms", lambda t: 3)  # fewer programs than tiles
-    monkeypatch.setattr(ops, "ONCHIP_FORWARD", False)  # not the ping-pong kernel with xs on chip
+    monkeypatch.setattr(ops, "ONCHIP_FORWARD", False)  # not the ping-pong kernels with xs on chip
+    monkeypatch.setattr(ops, "HANDOFF_FORWARD", False)
     tensors, g = make_inputs((77,), 72, 40, r, device)
     if device == "cuda":
         assert ops.tma_eligible(*(t.to(dtype) for t in (tensors[0], tensors[1], tensors[3], g)))
@@ -138,6 +139,7 @@ def test_both_forward_paths(device, monkeypatch, limits, tma):
     monkeypatch.setattr(ops, "IN_LOOP_MAX_MACS", limits[0])
     monkeypatch.setattr(ops, "IN_LOOP_MAX_RANK", limits[1])
     monkeypatch.setattr(ops, "ONCHIP_FORWARD", False)
+    monkeypatch.setattr(ops, "HANDOFF_FORWARD", False)
     tensors, g = make_inputs((45,), 72, 40, 8, device)  # 16-byte aligned rows for the descriptors
     run_check(tensors, g, torch.bfloat16 if tma else torch.float32, "sigmoid", what=f"limits {limits}")
 
@@ -164,6 +166,17 @@ def test_onchip_kernel_compiles_for_hopper():
         compile_pingpong_for_hopper("lora", "lora_fwd_onchip_kernel",
                                     f'LORA_ONCHIP_CONFIG:{{"RANK_BLOCK": {rank_block}, "STAGES": {stages}}}',
                                     ["identity", "gelu_tanh"])
+
+
+def test_handoff_kernel_compiles_for_hopper():
+    """The forward with xs handed over through memory (``lora_fwd_handoff_kernel``) compiles for
+    sm_90a on its wide cooperative tiles at each rank block of LORA_HANDOFF_RANK_BLOCKS, within
+    the shared memory, pre stored and not, with and without a bias."""
+    from fusedmlp.kernels.configs import LORA_HANDOFF_RANK_BLOCKS
+
+    for rank_block in LORA_HANDOFF_RANK_BLOCKS:
+        compile_pingpong_for_hopper("lora", "lora_fwd_handoff_kernel",
+                                    f'LORA_HANDOFF_CONFIG:{{"RANK_BLOCK": {rank_block}}}', ["identity", "gelu_tanh"])
 
 
 def test_onchip_units():
@@ -193,6 +206,22 @@ def test_onchip_units():
     assert _onchip_segments(8192, 1024, 1024, 2, 132, 128, 128) == 2
 
 
+def test_handoff_grid():
+    """``_handoff_grid`` on 132 SMs, 128 x 256 tiles (tiles, row blocks): the shapes where the
+    handoff kernel beat the forms before it on an H100 take it, on every SM (8192 x 4096 ->
+    4096: 100 programs of 8 tiles, 32 of 7 tiles and 2 items; 32768 x 4096 -> 4096; 16384 x
+    4096 -> 14336; 2048 x 4096 -> 4096; 16384 x 1024 -> 4096), and those where the items do not
+    fit in the slack of the last round of tiles do not (16384 x 2048 -> 2048 and 32768 x 1024
+    -> 1024, where it tied or lost; 1024 x 4096 -> 4096: one tile each, no slack)."""
+    from fusedmlp.ops.lora import _handoff_grid
+
+    for rows, out in ((8192, 4096), (32768, 4096), (16384, 14336), (2048, 4096), (16384, 4096)):
+        assert _handoff_grid((rows // 128) * (out // 256), rows // 128, 132) == (132, True), (rows, out)
+    for rows, out in ((16384, 2048), (32768, 1024), (1024, 4096)):
+        assert not _handoff_grid((rows // 128) * (out // 256), rows // 128, 132)[1], (rows, out)
+    assert _handoff_grid(1024, 128, 132)[0] == 128  # 16384 x 2048 -> 2048: 8 tiles and an item each
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("activation,save_preact", [("identity", False), ("gelu_tanh", False), ("silu", True)])
 def test_onchip_forward_on_gpu(monkeypatch, activation, save_preact):
@@ -204,6 +233,7 @@ def test_onchip_forward_on_gpu(monkeypatch, activation, save_preact):
     import fusedmlp.ops.lora as ops
 
     recording_pingpong_launches(monkeypatch, ops)  # 3 SMs
+    monkeypatch.setattr(ops, "HANDOFF_FORWARD", False)
     launched = []
     real_launch, real_segments = ops.launch, ops._onchip_segments
     monkeypatch.setattr(ops, "launch", lambda kernel, *a, **k: launched.append(kernel) or real_launch(kernel, *a, **k))
@@ -220,6 +250,42 @@ def test_onchip_forward_on_gpu(monkeypatch, activation, save_preact):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("activation,save_preact", [("identity", False), ("gelu_tanh", False), ("silu", True)])
+def test_handoff_forward_on_gpu(monkeypatch, activation, save_preact):
+    """xs handed over through memory (``lora_fwd_handoff_kernel``), taken wherever eligible
+    (HANDOFF_FORWARD "always": at these small shapes the items do not fit): 200-wide inputs (4 K steps, the last
+    partial; 136 at r = 24: 3 K steps, so an item's last stage reads its second x tile wholly
+    past K), 1000 rows (8 row blocks of 128, the last partial, so 8 xs items) -> 600 (3 column
+    tiles, the last partial) or -> 200 (one column tile); groups of 3 row blocks (3 groups, the
+    last partial) or 16 (one); on 1 SM (all items on one program), 3 (8 tiles each and 2 or 3
+    items; at 200 columns one program of 2 tiles holds the 8 items), 7 (3 programs of 4 tiles,
+    4 of 3 tiles and 2 items) and all SMs (24 programs of one tile, 8 of them with an item
+    first); r = 8, 16, 24, 32 and 64 in bf16, 16 in fp16; r = 72 and 3 take other forms.
+    Outputs and every gradient against float64 (dB reads the xs the kernel wrote)."""
+    import fusedmlp.ops.lora as ops
+    from fusedmlp.kernels.configs import LORA_HANDOFF_CONFIG
+
+    recording_pingpong_launches(monkeypatch, ops)
+    launched = []
+    real_launch = ops.launch
+    monkeypatch.setattr(ops, "launch", lambda kernel, *a, **k: launched.append(kernel) or real_launch(kernel, *a, **k))
+    monkeypatch.setattr(ops, "HANDOFF_FORWARD", "always")  # also where the items do not fit
+    all_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    cases = ((8, 600, 3, 3, torch.bfloat16), (16, 600, 3, 1, torch.bfloat16), (16, 600, 16, 7, torch.bfloat16),
+             (24, 600, 3, all_sms, torch.bfloat16), (32, 200, 3, 3, torch.bfloat16), (16, 600, 3, 3, torch.float16),
+             (64, 600, 3, 7, torch.bfloat16), (72, 600, 3, 3, torch.bfloat16), (3, 600, 3, 3, torch.bfloat16))
+    for r, n, group_m, sms, dtype in cases:
+        monkeypatch.setattr(ops, "num_sms", lambda t: sms)
+        monkeypatch.setattr(ops, "LORA_HANDOFF_CONFIG", dict(LORA_HANDOFF_CONFIG, GROUP_M=group_m))
+        launched.clear()
+        d_in = 136 if r == 24 else 200  # 3 K steps: an item's last stage reads its second x tile past K
+        tensors, g = make_inputs((1000,), d_in, n, r, "cuda")
+        run_check(tensors, g, dtype, activation, scale=2.0, save_preact=save_preact,
+                  what=f"handoff r={r} {d_in} -> {n} groups of {group_m} on {sms} SMs {dtype}")
+        assert (ops.lora_fwd_handoff_kernel in launched) == (r % 8 == 0 and r <= 64), (r, launched)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation,save_preact", [("identity", False), ("gelu_tanh", False), ("silu", True)])
 def test_pingpong_forward_on_gpu(monkeypatch, activation, save_preact):
     """With xs from cuBLAS, ranks that are multiples of 8 run the forward (and the backward's
     recomputation of pre) as the ping-pong kernel, xs @ B.T as the main loop's last K steps: one
@@ -231,6 +297,7 @@ def test_pingpong_forward_on_gpu(monkeypatch, activation, save_preact):
     kernels = recording_pingpong_launches(monkeypatch, ops)
     monkeypatch.setattr(ops, "IN_LOOP_MAX_MACS", 0)  # xs from cuBLAS at every size
     monkeypatch.setattr(ops, "ONCHIP_FORWARD", False)
+    monkeypatch.setattr(ops, "HANDOFF_FORWARD", False)
     for r in (8, 24, 72, 3):
         kernels.clear()
         tensors, g = make_inputs((300,), 200, 392, r, "cuda")
@@ -241,7 +308,8 @@ def test_pingpong_forward_on_gpu(monkeypatch, activation, save_preact):
 @pytest.mark.gpu
 @pytest.mark.parametrize("activation,save_preact", [("identity", False), ("gelu_tanh", True)])
 def test_forms_beyond_the_pingpong_width_on_gpu(monkeypatch, activation, save_preact):
-    """Inputs wider than LORA_PINGPONG_MAX_K (lowered to 128 here), xs from cuBLAS: each form of
+    """Inputs wider than LORA_PINGPONG_MAX_K (lowered to 128 here), xs from cuBLAS (the handoff
+    kernel off): each form of
     LORA_FORWARD_FORMS (the Triton kernel; the ping-pong kernel on wide cooperative tiles of
     2 x 64 rows, the last one partial at 1000 rows), forced, at r = 24 (one rank step) and 72
     (two): outputs and every gradient against float64, on 3 SMs. Untimed, the rule: the Triton
@@ -253,6 +321,7 @@ def test_forms_beyond_the_pingpong_width_on_gpu(monkeypatch, activation, save_pr
     kernels = recording_pingpong_launches(monkeypatch, ops)
     monkeypatch.setattr(ops, "IN_LOOP_MAX_MACS", 0)  # xs from cuBLAS at every size
     monkeypatch.setattr(ops, "ONCHIP_FORWARD", False)
+    monkeypatch.setattr(ops, "HANDOFF_FORWARD", False)
     monkeypatch.setattr(ops, "LORA_PINGPONG_MAX_K", 128)
     for r in (24, 72):
         tensors, g = make_inputs((1000,), 200, 392, r, "cuda")
@@ -735,6 +804,7 @@ def test_every_config_on_gpu(monkeypatch, tma, index):
     monkeypatch.setattr(ops, "IN_LOOP_MAX_MACS", 10**12)  # x @ A.T in the main loop at every rank here
     monkeypatch.setattr(ops, "IN_LOOP_MAX_RANK", 64)
     monkeypatch.setattr(ops, "ONCHIP_FORWARD", False)
+    monkeypatch.setattr(ops, "HANDOFF_FORWARD", False)
     launcher = ops._fwd_tma_launcher if tma else ops._fwd_launcher
     ran = 0
     with launcher.forcing(launcher.configs[index]):

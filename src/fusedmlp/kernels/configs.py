@@ -278,6 +278,12 @@ DGRAD_PINGPONG_CONFIG = LINEAR_WIDE_COOPERATIVE_CONFIG
 # on chip"): the second MMA reads the x tile from shared memory for a 32-wide product.
 LORA_ONCHIP_CONFIG = dict(LINEAR_PINGPONG_CONFIG)
 LORA_ONCHIP_STAGES = {16: 4}  # stages by R_PAD
+# LoRA's forward with xs handed over through memory (lora.py's lora_fwd_handoff_kernel), for
+# inputs wider than ops/lora.py's LORA_PINGPONG_MAX_K: the linear forward's wide cooperative
+# tiles (2 x 64 rows by 256 columns, 3 stages of 48 KiB beside the two 32 KiB output buffers);
+# an xs item's A tile [R_PAD, 64] rides in the first rows of its stage's weight buffer.
+LORA_HANDOFF_CONFIG = LINEAR_WIDE_COOPERATIVE_CONFIG
+LORA_HANDOFF_RANK_BLOCKS = (16, 32, 64)
 # The backward's dpre with pre recomputed on the tile (save_preact=False with gelu, gelu_tanh or
 # silu): one output buffer per consumer, into which g is read and over which dpre is written.
 # The forward's 128 x 128 tiles (4 stages of 32 KiB + 2 x 32 KiB), except for K <= 512 (the

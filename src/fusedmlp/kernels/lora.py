@@ -24,8 +24,10 @@ when the backward keeps it.
 The scale arrives as two fp32 numbers, ``s = SCALE_HI + SCALE_LO``, so that fp64 inputs keep
 full precision (Triton passes Python floats as fp32).
 
-On compute capability 9.0 ``lora_fwd_onchip_kernel`` forms xs once per unit of a row block's
-column tiles instead (its docstring), for ranks up to 16. With xs given and ranks whose rows TMA can read (``r`` a multiple of
+On compute capability 9.0 ``lora_fwd_handoff_kernel`` forms xs once per row block on the
+programs that hold a tile less and hands it to the row block's tiles through memory (large
+GEMMs; its docstring), and ``lora_fwd_onchip_kernel`` forms it once per unit of a row block's
+column tiles (its docstring), for ranks up to 16. With xs given and ranks whose rows TMA can read (``r`` a multiple of
 8 in 16 bits), ``lora_fwd_pingpong_kernel`` runs the forward as linear_act's ping-pong kernel
 (pingpong.py) with ``pre = [x | xs] @ [W | B].T + b``: the rank-r product is one more K step of
 the main loop (``cdiv(r, BLOCK_K)``, the columns past r read as zeros), after x @ W.T.
@@ -41,10 +43,16 @@ import triton
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 
 from .activations import activation
-from .gemm import persistent_tile, round_operand, tile_indices, xwT_mainloop, xwT_mainloop_tma
+from .gemm import grouped_tile, persistent_tile, round_operand, tile_indices, xwT_mainloop, xwT_mainloop_tma
 from .pingpong import (
     _tma_load,
     _tma_store,
@@ -54,6 +62,7 @@ from .pingpong import (
     pingpong_mainloop,
     pingpong_mainloop_with_rank,
     pingpong_setup,
+    ring_mma_steps,
     tile_bias,
     tma_store_tile,
 )
@@ -344,6 +353,258 @@ def lora_fwd_onchip_kernel(
                            SCALE_HI, SCALE_LO, 1, ACT, HAS_BIAS, STORE_PRE, STAGES)),
         (onchip_loader, (x_desc, w_desc, rank_a_desc, a_bufs, b_bufs, rank_bufs, ready, empty, M, N, K, segments,
                          STAGES)),
+    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+
+
+@gluon.jit
+def handoff_work(M, N, TILE_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """This program's work in ``lora_fwd_handoff_kernel``: (xs items, first tile, tiles, spare).
+
+    Tiles ``first_tile + i * P`` (P programs, first_tile = P - 1 - program id): with T tiles
+    and T % P = rem, the programs with the highest ids hold one tile more than the other
+    ``spare = P - rem`` (all P when rem = 0). The spare programs, the lowest ids, hold the xs
+    items: program p forms xs for row blocks ``p, p + spare, p + 2 * spare, ...`` (``items`` of
+    them), before its tiles."""
+    num_programs = gl.num_programs(0)
+    pid = gl.program_id(0)
+    row_blocks = gl.cdiv(M, TILE_M)
+    num_tiles = row_blocks * gl.cdiv(N, BLOCK_N)
+    spare = num_programs - num_tiles % num_programs
+    first_tile = num_programs - 1 - pid
+    tiles = gl.cdiv(num_tiles - first_tile, num_programs)
+    items = 0
+    if pid < spare:
+        items = gl.maximum(gl.cdiv(row_blocks - pid, spare), 0)
+    return items, first_tile, tiles, spare
+
+
+@gluon.jit
+def _flag_per_thread(flags_ptr, index, WARPS: gl.constexpr):
+    """``flags_ptr + index`` once per thread of the calling partition (WARPS warps)."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [WARPS], [0])
+    return flags_ptr + index + gl.zeros([32 * WARPS], gl.int32, layout)
+
+
+@gluon.jit
+def publish_xs(flags_ptr, index):
+    """Each thread of the consumer warpgroup adds 1 to flag ``index`` with release semantics
+    (GPU scope) after its own stores of xs: whoever then reads the flag at 256 (both consumers'
+    128 threads) with acquire semantics sees every element of the row block's xs."""
+    gl.inline_asm_elementwise("red.release.gpu.global.add.s32 [$1], 1;\n\tmov.u32 $0, 0;", "=r,l",
+                              [_flag_per_thread(flags_ptr, index, 4)], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def wait_for_xs(flags_ptr, index):
+    """The loader warp spins on flag ``index`` (acquire, GPU scope) until both consumers of the
+    row block's xs item have published (256 threads), then fences the generic proxy's view of
+    global memory against the async proxy's, whose TMA copies read xs next."""
+    gl.inline_asm_elementwise(
+        "{\n\t.reg .pred ready;\n\tspin:\n\tld.acquire.gpu.global.s32 $0, [$1];\n\t"
+        "setp.ge.s32 ready, $0, 256;\n\t@!ready bra spin;\n\tfence.proxy.async.global;\n\t}",
+        "=r,l", [_flag_per_thread(flags_ptr, index, 1)], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def item_stage(a_bufs, b_bufs, stage, R_PAD: gl.constexpr):
+    """A ring stage as an xs item uses it, two K steps at once: (x's tile of the first step,
+    of the second, A's tile of the first, of the second). The first x tile fills the x
+    buffer; the weight buffer (BLOCK_N >= TILE_M + 128 rows) holds A's tiles in its rows
+    0 and 64 and the second x tile in its last TILE_M rows. With one K step a stage (18 KiB)
+    the items waited on the copies' latency: 434.0 against 423.8 us for the kernel at 8192 x
+    4096 -> 4096, r 16 (H100, benchmarks/NOTES.md "LoRA's forward with xs items on the spare
+    programs")."""
+    TILE_M: gl.constexpr = a_bufs.type.shape[1]
+    BLOCK_N: gl.constexpr = b_bufs.type.shape[1]
+    gl.static_assert(BLOCK_N >= TILE_M + 128 and R_PAD <= 64, "an item's stage holds 2 x tiles and 2 A tiles")
+    weights = b_bufs.index(stage)
+    return a_bufs.index(stage), weights.slice(BLOCK_N - TILE_M, TILE_M), weights.slice(0, R_PAD), weights.slice(64, R_PAD)
+
+
+@gluon.jit
+def handoff_loader(x_desc, w_desc, rank_a_desc, xs_desc, lora_b_desc, a_bufs, b_bufs, ready, empty,
+                   flags_ptr, M, N, K, GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+    """Loader partition of ``lora_fwd_handoff_kernel``. For each of the program's xs items,
+    its K steps two to a ring stage (``item_stage``'s layout): x's ``[TILE_M, BLOCK_K]`` tiles
+    of steps 2s and 2s + 1 (past K the copy engine reads zeros) and A's ``[R_PAD, BLOCK_K]``
+    tiles of both (rows past r read zeros). Then for each tile its K steps of x and W and,
+    once the row block's xs is published, one more step: xs's ``[TILE_M, BLOCK_K]`` tile and
+    B's ``[BLOCK_N, BLOCK_K]`` (columns past r read zeros)."""
+    TILE_M: gl.constexpr = x_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    R_PAD: gl.constexpr = rank_a_desc.block_type.shape[0]
+    stage_bytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
+    item_bytes: gl.constexpr = 2 * (x_desc.block_type.nbytes + rank_a_desc.block_type.nbytes)
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    items, first_tile, tiles, spare = handoff_work(M, N, TILE_M, BLOCK_N)
+    count = 0
+    for j in range(items):
+        row_start = (gl.program_id(0) + j * spare) * TILE_M
+        for kk in range(0, k_tiles, 2):
+            stage = count % STAGES
+            # a fresh barrier counts as having completed the phase before its first
+            mbarrier.wait(empty.index(stage), ((count // STAGES) & 1) ^ 1)
+            bar = ready.index(stage)
+            mbarrier.expect(bar, item_bytes)
+            x_first, x_second, a_first, a_second = item_stage(a_bufs, b_bufs, stage, R_PAD)
+            _tma_load(x_desc, [row_start, kk * BLOCK_K], bar, x_first)
+            _tma_load(rank_a_desc, [0, kk * BLOCK_K], bar, a_first)
+            _tma_load(x_desc, [row_start, (kk + 1) * BLOCK_K], bar, x_second)
+            _tma_load(rank_a_desc, [0, (kk + 1) * BLOCK_K], bar, a_second)
+            count += 1
+    row_blocks = gl.cdiv(M, TILE_M)
+    cols = gl.cdiv(N, BLOCK_N)
+    for i in range(tiles):
+        tile_m, tile_n = grouped_tile(first_tile + i * gl.num_programs(0), row_blocks, cols, GROUP_M)
+        row_start = tile_m * TILE_M
+        col_start = tile_n * BLOCK_N
+        for kk in range(k_tiles):
+            stage = count % STAGES
+            mbarrier.wait(empty.index(stage), ((count // STAGES) & 1) ^ 1)
+            bar = ready.index(stage)
+            mbarrier.expect(bar, stage_bytes)
+            _tma_load(x_desc, [row_start, kk * BLOCK_K], bar, a_bufs.index(stage))
+            _tma_load(w_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage))
+            count += 1
+        stage = count % STAGES
+        mbarrier.wait(empty.index(stage), ((count // STAGES) & 1) ^ 1)
+        wait_for_xs(flags_ptr, tile_m)
+        bar = ready.index(stage)
+        mbarrier.expect(bar, stage_bytes)
+        _tma_load(xs_desc, [row_start, 0], bar, a_bufs.index(stage))
+        _tma_load(lora_b_desc, [col_start, 0], bar, b_bufs.index(stage))
+        count += 1
+
+
+@gluon.jit
+def _xs_rows(xs_ptr, row_start, M, R, ROWS: gl.constexpr, rank_layout: gl.constexpr):
+    """Pointers and mask of xs ``[M, R]`` rows ``row_start ...`` (ROWS of them, R_PAD columns)
+    in ``rank_layout``."""
+    R_PAD: gl.constexpr = rank_layout.instr_shape[1]
+    rows = row_start + gl.arange(0, ROWS, layout=gl.SliceLayout(1, rank_layout))
+    cols = gl.arange(0, R_PAD, layout=gl.SliceLayout(0, rank_layout))
+    return xs_ptr + rows.to(gl.int64)[:, None] * R + cols[None, :], (rows < M)[:, None] & (cols < R)[None, :]
+
+
+@gluon.jit
+def handoff_consumer(
+    b_ptr, xs_ptr, flags_ptr, y_desc, pre_desc, a_bufs, b_bufs, c_bufs, ready, empty,
+    M, N, K, R, SCALE_HI, SCALE_LO,
+    CONSUMER: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, STORE_PRE: gl.constexpr,
+    GROUP_M: gl.constexpr, STAGES: gl.constexpr, R_PAD: gl.constexpr,
+):
+    """Consumer warpgroup ``CONSUMER`` of ``lora_fwd_handoff_kernel``, on rows ``CONSUMER *
+    BLOCK_M ...`` of each piece of work (both consumers share it, as the cooperative
+    ``pingpong_consumer``). An xs item: ``x_tile @ A_tile.T`` over its K steps, two MMAs a
+    ring stage (``item_stage``), then its rows of ``xs = s * x @ A.T`` rounded, stored and
+    published. A tile: its K steps and the
+    loader's one step of xs and B, then bias, activation and stores as ``pingpong_consumer``'s
+    epilogue."""
+    TILE_M: gl.constexpr = a_bufs.type.shape[1]
+    BLOCK_K: gl.constexpr = a_bufs.type.shape[2]
+    ROWS: gl.constexpr = y_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = y_desc.block_type.shape[1]
+    acc_layout: gl.constexpr = accumulator_layout(BLOCK_N)
+    rank_layout: gl.constexpr = accumulator_layout(R_PAD)
+    c_buf = c_bufs.index(CONSUMER)
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    items, first_tile, tiles, spare = handoff_work(M, N, TILE_M, BLOCK_N)
+    item_steps = gl.cdiv(k_tiles, 2)
+    for j in range(items):
+        tile_m = gl.program_id(0) + j * spare
+        acc_rank = gl.zeros((ROWS, R_PAD), dtype=gl.float32, layout=rank_layout)
+        count = j * item_steps
+        prev_stage = 0
+        for kk in range(item_steps):
+            stage = count % STAGES
+            mbarrier.wait(ready.index(stage), (count // STAGES) & 1)
+            x_first, x_second, a_first, a_second = item_stage(a_bufs, b_bufs, stage, R_PAD)
+            acc_rank = warpgroup_mma(x_first.slice(CONSUMER * ROWS, ROWS), a_first.permute((1, 0)), acc_rank,
+                                     is_async=True)
+            acc_rank = warpgroup_mma(x_second.slice(CONSUMER * ROWS, ROWS), a_second.permute((1, 0)), acc_rank,
+                                     is_async=True)
+            # the stage's pair in flight, the previous stage's done: release that stage
+            acc_rank = warpgroup_mma_wait(num_outstanding=2, deps=(acc_rank,))
+            mbarrier.arrive(empty.index(prev_stage), count=1, pred=kk > 0)
+            prev_stage = stage
+            count += 1
+        acc_rank = warpgroup_mma_wait(num_outstanding=0, deps=(acc_rank,))
+        mbarrier.arrive(empty.index(prev_stage), count=1)
+        xs = (acc_rank * SCALE_HI + acc_rank * SCALE_LO).to(xs_ptr.dtype.element_ty)
+        xs_ptrs, xs_mask = _xs_rows(xs_ptr, tile_m * TILE_M + CONSUMER * ROWS, M, R, ROWS, rank_layout)
+        gl.store(xs_ptrs, xs, mask=xs_mask)
+        publish_xs(flags_ptr, tile_m)
+    row_blocks = gl.cdiv(M, TILE_M)
+    cols = gl.cdiv(N, BLOCK_N)
+    first_step = items * item_steps
+    for i in range(tiles):
+        tile_m, tile_n = grouped_tile(first_tile + i * gl.num_programs(0), row_blocks, cols, GROUP_M)
+        row_start = tile_m * TILE_M + CONSUMER * ROWS
+        col_start = tile_n * BLOCK_N
+        if HAS_BIAS:
+            bias = tile_bias(b_ptr, col_start, N, BLOCK_N, acc_layout)
+        acc = gl.zeros((ROWS, BLOCK_N), dtype=gl.float32, layout=acc_layout)
+        acc, acc_unused, last_stage = ring_mma_steps(a_bufs, b_bufs, ready, empty, acc, acc, first_step, k_tiles + 1,
+                                                     CONSUMER, STAGES, False, True, False, b_bufs)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        mbarrier.arrive(empty.index(last_stage), count=1)
+        first_step += k_tiles + 1
+        if HAS_BIAS:
+            acc = acc + bias
+        if STORE_PRE:
+            tma_store_tile(pre_desc, c_buf, acc, row_start, col_start)
+        tma_store_tile(y_desc, c_buf, activation(acc, ACT), row_start, col_start)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def lora_fwd_handoff_kernel(
+    x_desc, w_desc, rank_a_desc, xs_desc, lora_b_desc, b_ptr, xs_ptr, flags_ptr, y_desc, pre_desc,
+    M, N, K, R, SCALE_HI, SCALE_LO,
+    ACT: gl.constexpr, HAS_BIAS: gl.constexpr, STORE_PRE: gl.constexpr,
+    GROUP_M: gl.constexpr, STAGES: gl.constexpr, COOPERATIVE: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: LORA_HANDOFF_CONFIG
+):
+    """The LoRA forward with xs formed on chip once per row block and handed to the row
+    block's tiles through memory, on wide cooperative tiles (2 x BLOCK_M rows by BLOCK_N
+    columns): ``xs = s * x @ A.T`` [M, R] (written for the backward), ``pre = x @ W.T + xs @
+    B.T + b``, ``y = act(pre)``.
+
+    Why: for inputs wider than LORA_PINGPONG_MAX_K the forms before it took xs from cuBLAS
+    first, one more launch and read of x (a 450 us forward at 8192 x 4096 -> 4096 against
+    linear_act's 400 on an H100). Forming xs inside a tile (the row block's column-0 tile,
+    benchmarks/NOTES.md "LoRA's forward with xs handed over through the ring") made the
+    programs holding those tiles late by the narrow product's cost, since tiles are statically
+    bound to programs. Here xs is separate work: an xs item of a row block is its K steps of
+    the x tile against A's (narrow MMAs, no W), placed on the programs that hold a tile
+    less than the others (``handoff_work``) and run before their tiles. The host picks the
+    grid so that the items fill that slack (ops/lora.py ``_handoff_grid``).
+
+    Hand-over: the item's consumer threads each store their part of xs and add 1 to the row
+    block's flag (``flags_ptr``, int32, zero at launch) with release semantics. Every tile
+    adds ``xs @ B.T`` as one more step of its main loop, which the loader issues only once the
+    flag reads 256 (acquire, then a proxy fence before the TMA copy of xs): the consumers wait
+    on the ring as for any step. No wait closes a cycle: items wait for nothing, and each
+    program runs its items before its tiles. Items sit on the lowest program ids, which the
+    GPU starts first, so a reader waits only on programs already running even when the grid
+    does not fit on the GPU at once.
+
+    ``A [r, K]`` arrives as ``rank_a_desc`` tiles ``[R_PAD, BLOCK_K]`` in a stage's weight
+    buffer (rows past r read zeros; ``item_stage``), xs ``[M, R]`` as ``xs_desc``
+    tiles ``[2 * BLOCK_M, BLOCK_K]`` and ``B [N, R]`` as ``lora_b_desc`` tiles ``[BLOCK_N,
+    BLOCK_K]`` (columns past r read zeros), R <= BLOCK_K. 16-bit data, r a multiple of 8
+    (TMA's 16-byte rows); ``COOPERATIVE`` comes with the config and must be true."""
+    gl.static_assert(COOPERATIVE, "lora_fwd_handoff_kernel runs cooperative tiles")
+    R_PAD: gl.constexpr = rank_a_desc.block_type.shape[0]
+    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w_desc, y_desc, STAGES, False, 1, True)
+    gl.warp_specialize([
+        (handoff_consumer, (b_ptr, xs_ptr, flags_ptr, y_desc, pre_desc, a_bufs, b_bufs, c_bufs, ready, empty,
+                            M, N, K, R, SCALE_HI, SCALE_LO, 0, ACT, HAS_BIAS, STORE_PRE, GROUP_M, STAGES, R_PAD)),
+        (handoff_consumer, (b_ptr, xs_ptr, flags_ptr, y_desc, pre_desc, a_bufs, b_bufs, c_bufs, ready, empty,
+                            M, N, K, R, SCALE_HI, SCALE_LO, 1, ACT, HAS_BIAS, STORE_PRE, GROUP_M, STAGES, R_PAD)),
+        (handoff_loader, (x_desc, w_desc, rank_a_desc, xs_desc, lora_b_desc, a_bufs, b_bufs, ready, empty,
+                          flags_ptr, M, N, K, GROUP_M, STAGES)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 

@@ -46,7 +46,8 @@ Consumers: ``pingpong_consumer`` serves the fused forwards, ``linear_act_fwd_pin
 (linear_act.py: y = act(x @ W.T + b)), ``lora_fwd_pingpong_kernel`` (lora.py: the same with
 LoRA's ``xs @ B.T`` as the loader's tail K steps; lora.py's ``lora_fwd_onchip_kernel`` has
 its own loader and consumer around ``pingpong_mainloop_with_rank``, which forms x @ A.T
-beside x @ W.T), ``glu_fwd_pingpong_kernel`` (glu.py:
+beside x @ W.T, and ``lora_fwd_handoff_kernel`` its own around ``ring_mma_steps``, the main
+loop's body), ``glu_fwd_pingpong_kernel`` (glu.py:
 y = x1 * act(x2)) and ``dgrad_pingpong_kernel`` (linear_act.py: an input gradient
 dx = a @ W + tail_a @ tail_W, the weights read as ``[K, N]`` tiles, the second product as tail
 steps: LoRA's and SwiGLU's backward); ``pingpong_glu_dh_consumer``
@@ -169,22 +170,46 @@ def pingpong_mainloop_with_rank(a_bufs, b_bufs, ready, empty, turn, local_index,
                                 acc_layout: gl.constexpr, COOPERATIVE: gl.constexpr, RANK: gl.constexpr,
                                 rank_bufs, rank_layout: gl.constexpr):
     """``pingpong_mainloop`` returning (acc, acc_rank). With RANK, ``rank_bufs`` is a ring of
-    ``[R, BLOCK_K]`` tiles beside the weight's (not W_KN, not COOPERATIVE) and each stage's x
-    tile also multiplies its rank tile, a second, R-wide MMA into an accumulator of
-    ``rank_layout``: acc_rank = x_tile @ rank_tile.T (LoRA's x @ A.T, lora.py). Without,
-    ``rank_bufs`` is not read and acc_rank is acc."""
+    ``[R, BLOCK_K]`` tiles beside the weight's (not W_KN) and each stage's x tile (this
+    consumer's rows of it, COOPERATIVE) also multiplies its rank tile, a second, R-wide MMA into
+    an accumulator of ``rank_layout``: acc_rank = x_tile @ rank_tile.T (LoRA's x @ A.T,
+    lora.py). Without, ``rank_bufs`` is not read and acc_rank is acc."""
     ROWS: gl.constexpr = a_bufs.type.shape[1] // 2 if COOPERATIVE else a_bufs.type.shape[1]
     ACC_N: gl.constexpr = b_bufs.type.shape[2] if W_KN else b_bufs.type.shape[1]
     if not COOPERATIVE:
         # consumer 0's first wait passes on the fresh barrier; consumer 1's waits for consumer 0
         mbarrier.wait(turn.index(CONSUMER), ((local_index // 2) & 1) ^ (1 - CONSUMER))
-    acc = gl.zeros((ROWS, ACC_N), dtype=gl.float32, layout=acc_layout)
     RANK_N: gl.constexpr = rank_bufs.type.shape[1]
+    acc = gl.zeros((ROWS, ACC_N), dtype=gl.float32, layout=acc_layout)
+    acc_rank = acc
     if RANK:
         acc_rank = gl.zeros((ROWS, RANK_N), dtype=gl.float32, layout=rank_layout)
-    count = local_index * k_tiles
+    acc, acc_rank, last_stage = ring_mma_steps(a_bufs, b_bufs, ready, empty, acc, acc_rank, local_index * k_tiles,
+                                               k_tiles, CONSUMER, STAGES, W_KN, COOPERATIVE, RANK, rank_bufs)
+    if not COOPERATIVE:
+        mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
+    if RANK:
+        acc, acc_rank = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_rank))
+    else:
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        acc_rank = acc
+    mbarrier.arrive(empty.index(last_stage), count=1)
+    return acc, acc_rank
+
+
+@gluon.jit
+def ring_mma_steps(a_bufs, b_bufs, ready, empty, acc, acc_rank, first_count, steps,
+                   CONSUMER: gl.constexpr, STAGES: gl.constexpr, W_KN: gl.constexpr, COOPERATIVE: gl.constexpr,
+                   RANK: gl.constexpr, rank_bufs):
+    """The main loop's body over ring steps ``first_count ... first_count + steps - 1`` (the
+    program's running count; steps >= 1): waits for each stage, issues its MMA into acc (and
+    with RANK the rank tile's into acc_rank) keeping one stage's in flight, and releases the
+    stage before once its MMA is done. Returns (acc, acc_rank, last_stage): the last stage's
+    MMA may still run, so the caller waits for it and then releases ``last_stage``."""
+    ROWS: gl.constexpr = a_bufs.type.shape[1] // 2 if COOPERATIVE else a_bufs.type.shape[1]
+    count = first_count
     prev_stage = 0
-    for kk in range(k_tiles):
+    for kk in range(steps):
         stage = count % STAGES
         mbarrier.wait(ready.index(stage), (count // STAGES) & 1)
         if W_KN:
@@ -204,15 +229,7 @@ def pingpong_mainloop_with_rank(a_bufs, b_bufs, ready, empty, turn, local_index,
         mbarrier.arrive(empty.index(prev_stage), count=1, pred=kk > 0)
         prev_stage = stage
         count += 1
-    if not COOPERATIVE:
-        mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
-    if RANK:
-        acc, acc_rank = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc_rank))
-    else:
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        acc_rank = acc
-    mbarrier.arrive(empty.index(prev_stage), count=1)
-    return acc, acc_rank
+    return acc, acc_rank, prev_stage
 
 
 @gluon.jit

@@ -4,11 +4,16 @@
         y = act(x @ weight.T + bias + scale * (drop(x) @ lora_a.T) @ lora_b.T)
 
 Forward: one kernel (kernels/lora.py), with the rank-r product ``xs = s * x @ A.T`` from one
-of three places:
-- formed on chip once per unit of a row block's column tiles (``lora_fwd_onchip_kernel``: the
-  unit's first tile accumulates it beside the base product from the same x tiles, the unit's
-  other tiles take it from shared memory), on Hopper in 16 bits for ranks 8 and 16, inputs up
-  to ``LORA_PINGPONG_MAX_K`` wide and no dropout (``ONCHIP_FORWARD``, the rule below);
+of four places:
+- formed once per row block, by programs that hold a tile less than the others, and handed to
+  the row block's tiles through memory (``lora_fwd_handoff_kernel``), on Hopper in 16 bits
+  for ranks that are multiples of 8 up to 64, no dropout, where those items fit beside the
+  tiles (``HANDOFF_FORWARD``, ``_handoff_grid``: large GEMMs with 16 or more column tiles of
+  256, e.g. 2048 or more rows at 4096 -> 4096);
+- else formed on chip once per unit of a row block's column tiles (``lora_fwd_onchip_kernel``:
+  the unit's first tile accumulates it beside the base product from the same x tiles, the
+  unit's other tiles take it from shared memory), on Hopper in 16 bits for ranks 8 and 16,
+  inputs up to ``LORA_PINGPONG_MAX_K`` wide and no dropout (``ONCHIP_FORWARD``, the rule below);
 - in every tile's main loop, from the same x tiles (x read once for W and A), for base
   GEMMs of up to ``IN_LOOP_MAX_MACS`` multiply-adds (``M * out * in``), ranks up to
   ``IN_LOOP_MAX_RANK``, no dropout;
@@ -90,6 +95,8 @@ from ..kernels.configs import (
     LINEAR_WIDE_COOPERATIVE_CONFIG,
     LORA_CONFIGS,
     LORA_FP32_CONFIGS,
+    LORA_HANDOFF_CONFIG,
+    LORA_HANDOFF_RANK_BLOCKS,
     LORA_ONCHIP_CONFIG,
     LORA_ONCHIP_STAGES,
     LORA_TMA_CONFIGS,
@@ -98,6 +105,7 @@ from ..kernels.configs import (
 from ..kernels.launch import launch
 from ..kernels.linear_act import dgrad_pingpong_kernel
 from ..kernels.lora import (
+    lora_fwd_handoff_kernel,
     lora_fwd_kernel,
     lora_fwd_onchip_kernel,
     lora_fwd_pingpong_kernel,
@@ -173,6 +181,17 @@ LORA_FORWARD_FORMS = ("tma", "wide")
 ONCHIP_FORWARD = True
 ONCHIP_RANK_TILE_COST = 0.25
 ONCHIP_X_BYTES = 16 * 2**20
+# With no dropout, on Hopper in 16 bits, ranks that are multiples of 8 up to 64, the forward
+# forms xs on chip in lora_fwd_handoff_kernel (xs items, one per row block, on the programs
+# that hold a tile less, handed to the row block's tiles through memory) where the items fit
+# beside the tiles; HANDOFF_FORWARD = False sends those calls to the forms below, "always" to
+# the kernel wherever it is eligible (tests, benchmarks).
+# HANDOFF_ITEM_COST is what an item costs, in tiles of the same K (``_handoff_grid``): with two
+# K steps a ring stage, two items fit in one tile's slack at 8192 x 4096 -> 4096 (the kernel
+# 423.8 us against linear_act's 402.1 and the forms before's 448.3; H100, bf16, r 16, kernel
+# time in CUDA graphs, benchmarks/NOTES.md "LoRA's forward with xs items on the spare programs").
+HANDOFF_FORWARD = True
+HANDOFF_ITEM_COST = 0.35
 # The backward's dx with d_xa @ A as the dgrad kernel's last K steps where M * cdiv(r, BLOCK_K)
 # is at most this many times out, against the merged weight beyond (H100, bf16, 4096 x 4096
 # weight, r = 16, kernel time in CUDA graphs, configs.py's DGRAD_PINGPONG_CONFIG: 415 against
@@ -339,6 +358,57 @@ def _launch_onchip(x, weight, bias, lora_a, lora_b, scale, act, store_pre):
     return y, pre, xs
 
 
+def _handoff_grid(tiles: int, row_blocks: int, sms: int) -> tuple[int, bool]:
+    """(programs, fits) for ``lora_fwd_handoff_kernel``: the count P <= sms with the shortest
+    estimated time, in tiles, of its busiest program (the larger P on a tie), and whether that
+    time stays within the rounds of tiles alone (``cdiv(tiles, min(sms, tiles))``). Where it
+    does not, the items would lengthen the kernel, which the forms with xs from cuBLAS or on
+    chip per unit (a smaller share of a tile per row block there) do not. With ``q, rem =
+    divmod(tiles, P)``, rem programs run q + 1 tiles and the other ``P - rem`` q tiles and the
+    row blocks' xs items (kernels/lora.py ``handoff_work``), HANDOFF_ITEM_COST tiles each."""
+    most = min(sms, tiles)
+    best, best_time = most, float("inf")
+    for programs in range(most, max(1, most // 2) - 1, -1):
+        q, rem = divmod(tiles, programs)
+        time = max(q + (rem > 0), q + cdiv(row_blocks, programs - rem) * HANDOFF_ITEM_COST)
+        if time < best_time:
+            best, best_time = programs, time
+    return best, best_time <= cdiv(tiles, most)
+
+
+def _launch_handoff(x, weight, bias, lora_a, lora_b, scale, act, store_pre):
+    """(y, pre, xs) from ``lora_fwd_handoff_kernel`` (xs formed on chip and written), or None
+    where it does not apply: a GPU without the ping-pong kernels, ranks TMA cannot read (r a
+    multiple of 8 in 16 bits) or wider than LORA_HANDOFF_RANK_BLOCKS allow, outputs TMA
+    cannot write, shapes whose xs items do not fit beside the tiles (``_handoff_grid``)."""
+    m, k = x.shape
+    n, r = weight.shape[0], lora_a.shape[0]
+    rank_block = _rank_block(r)
+    if (not HANDOFF_FORWARD or m == 0 or n == 0 or rank_block not in LORA_HANDOFF_RANK_BLOCKS
+            or (n * x.element_size()) % 16 or not pingpong_eligible(x, weight, lora_a, lora_b)):
+        return None
+    tile_m = 2 * LORA_HANDOFF_CONFIG["BLOCK_M"]  # cooperative: both consumers on each tile
+    grid, fits = _handoff_grid(cdiv(m, tile_m) * cdiv(n, LORA_HANDOFF_CONFIG["BLOCK_N"]), cdiv(m, tile_m), num_sms(x))
+    if not fits and HANDOFF_FORWARD != "always":
+        return None
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    pre = torch.empty((m, n) if store_pre else (0,), dtype=x.dtype, device=x.device)
+    xs = torch.empty((m, r), dtype=x.dtype, device=x.device)
+    meta = dict(LORA_HANDOFF_CONFIG)
+    block_m, block_n, block_k = (meta.pop(name) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    flags = torch.zeros((cdiv(m, tile_m),), dtype=torch.int32, device=x.device)  # zero at launch
+    scale_hi, scale_lo = _split_scale(scale)
+    blocks = {"x_desc": (tile_m, block_k), "w_desc": (block_n, block_k), "rank_a_desc": (rank_block, block_k),
+              "xs_desc": (tile_m, block_k), "lora_b_desc": (block_n, block_k),
+              "y_desc": (block_m, block_n), "pre_desc": (block_m, block_n)}
+    launch(lora_fwd_handoff_kernel, (grid,),
+           x_desc=x, w_desc=weight, rank_a_desc=lora_a, xs_desc=xs, lora_b_desc=lora_b,
+           b_ptr=bias if bias is not None else y, xs_ptr=xs, flags_ptr=flags, y_desc=y,
+           pre_desc=pre if store_pre else y, M=m, N=n, K=k, R=r, SCALE_HI=scale_hi, SCALE_LO=scale_lo,
+           ACT=act, HAS_BIAS=bias is not None, STORE_PRE=store_pre, **meta, descriptor_blocks=blocks)
+    return y, pre, xs
+
+
 def lora_forward_impl(x, weight, bias, lora_a, lora_b, x_lora, xs, scale: float, act: str, store_pre: bool):
     """(y, pre, xs_out) for 2-D x: pre if store_pre (else empty), and ``xs = scale * x_lora @ A.T``
     (x_lora = x when None) when this call computed it; a given ``xs`` is used as is (the
@@ -346,7 +416,8 @@ def lora_forward_impl(x, weight, bias, lora_a, lora_b, x_lora, xs, scale: float,
     given = xs is not None
     kernel = use_triton(x) and not gemms_on_cublas(x)  # else the products on cuBLAS, as the reference
     if not given and x_lora is None and kernel:
-        onchip = _launch_onchip(x, weight, bias, lora_a, lora_b, scale, act, store_pre)
+        onchip = (_launch_handoff(x, weight, bias, lora_a, lora_b, scale, act, store_pre)
+                  or _launch_onchip(x, weight, bias, lora_a, lora_b, scale, act, store_pre))
         if onchip is not None:
             return onchip
     r, macs = lora_a.shape[0], x.numel() * weight.shape[0]

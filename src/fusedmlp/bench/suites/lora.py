@@ -57,13 +57,16 @@ def _forward_fn(impl: str):
         return lambda x, w, b, a, lb: lora_ops.lora_linear(x, w, b, a, lb, SCALE)
     if impl == "fused_in_loop":
         def in_loop(x, w, b, a, lb):
-            limits = lora_ops.IN_LOOP_MAX_MACS, lora_ops.IN_LOOP_MAX_RANK, lora_ops.ONCHIP_FORWARD
-            # every size and rank, not the on-chip form
-            lora_ops.IN_LOOP_MAX_MACS, lora_ops.IN_LOOP_MAX_RANK, lora_ops.ONCHIP_FORWARD = 1 << 62, 64, False
+            names = ("IN_LOOP_MAX_MACS", "IN_LOOP_MAX_RANK", "ONCHIP_FORWARD", "HANDOFF_FORWARD")
+            limits = [getattr(lora_ops, name) for name in names]
+            # every size and rank, not the forms that form xs once per row block
+            for name, value in zip(names, (1 << 62, 64, False, False)):
+                setattr(lora_ops, name, value)
             try:
                 return lora_ops.lora_linear(x, w, b, a, lb, SCALE)
             finally:
-                lora_ops.IN_LOOP_MAX_MACS, lora_ops.IN_LOOP_MAX_RANK, lora_ops.ONCHIP_FORWARD = limits
+                for name, value in zip(names, limits):
+                    setattr(lora_ops, name, value)
 
         return in_loop
     if impl == "eager":
