@@ -366,11 +366,18 @@ def _handoff_grid(tiles: int, row_blocks: int, sms: int) -> tuple[int, bool]:
     chip per unit (a smaller share of a tile per row block there) do not. With ``q, rem =
     divmod(tiles, P)``, rem programs run q + 1 tiles and the other ``P - rem`` q tiles and the
     row blocks' xs items (kernels/lora.py ``handoff_work``), HANDOFF_ITEM_COST tiles each."""
+    return _handoff_plan(tiles, row_blocks, sms, HANDOFF_ITEM_COST)
+
+
+@functools.lru_cache(maxsize=256)
+def _handoff_plan(tiles: int, row_blocks: int, sms: int, item_cost: float) -> tuple[int, bool]:
+    """``_handoff_grid``'s search, cached: a layer calls with the same shape every step, and the
+    search over up to sms / 2 grids took about 20 us of host time uncached (a CPU-only machine)."""
     most = min(sms, tiles)
     best, best_time = most, float("inf")
     for programs in range(most, max(1, most // 2) - 1, -1):
         q, rem = divmod(tiles, programs)
-        time = max(q + (rem > 0), q + cdiv(row_blocks, programs - rem) * HANDOFF_ITEM_COST)
+        time = max(q + (rem > 0), q + cdiv(row_blocks, programs - rem) * item_cost)
         if time < best_time:
             best, best_time = programs, time
     return best, best_time <= cdiv(tiles, most)
