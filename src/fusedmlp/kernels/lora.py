@@ -57,6 +57,7 @@ from .pingpong import (
     _tma_load,
     _tma_store,
     accumulator_layout,
+    free_stage,
     pingpong_consumer,
     pingpong_loader,
     pingpong_mainloop,
@@ -223,9 +224,7 @@ def onchip_loader(x_desc, w_desc, rank_a_desc, a_bufs, b_bufs, rank_bufs, ready,
         for t in range(unit_tiles):
             col_start = first_col + t * BLOCK_N
             for kk in range(k_tiles):
-                stage = count % STAGES
-                mbarrier.wait(empty.index(stage), ((count // STAGES) & 1) ^ 1)
-                bar = ready.index(stage)
+                stage, bar = free_stage(ready, empty, count, STAGES)
                 if t == 0:
                     mbarrier.expect(bar, stage_bytes + rank_a_desc.block_type.nbytes)
                     _tma_load(rank_a_desc, [0, kk * BLOCK_K], bar, rank_bufs.index(stage))
@@ -442,10 +441,7 @@ def handoff_loader(x_desc, w_desc, rank_a_desc, xs_desc, lora_b_desc, a_bufs, b_
     for j in range(items):
         row_start = (gl.program_id(0) + j * spare) * TILE_M
         for kk in range(0, k_tiles, 2):
-            stage = count % STAGES
-            # a fresh barrier counts as having completed the phase before its first
-            mbarrier.wait(empty.index(stage), ((count // STAGES) & 1) ^ 1)
-            bar = ready.index(stage)
+            stage, bar = free_stage(ready, empty, count, STAGES)
             mbarrier.expect(bar, item_bytes)
             x_first, x_second, a_first, a_second = item_stage(a_bufs, b_bufs, stage, R_PAD)
             _tma_load(x_desc, [row_start, kk * BLOCK_K], bar, x_first)
@@ -460,17 +456,13 @@ def handoff_loader(x_desc, w_desc, rank_a_desc, xs_desc, lora_b_desc, a_bufs, b_
         row_start = tile_m * TILE_M
         col_start = tile_n * BLOCK_N
         for kk in range(k_tiles):
-            stage = count % STAGES
-            mbarrier.wait(empty.index(stage), ((count // STAGES) & 1) ^ 1)
-            bar = ready.index(stage)
+            stage, bar = free_stage(ready, empty, count, STAGES)
             mbarrier.expect(bar, stage_bytes)
             _tma_load(x_desc, [row_start, kk * BLOCK_K], bar, a_bufs.index(stage))
             _tma_load(w_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage))
             count += 1
-        stage = count % STAGES
-        mbarrier.wait(empty.index(stage), ((count // STAGES) & 1) ^ 1)
+        stage, bar = free_stage(ready, empty, count, STAGES)
         wait_for_xs(flags_ptr, tile_m)
-        bar = ready.index(stage)
         mbarrier.expect(bar, stage_bytes)
         _tma_load(xs_desc, [row_start, 0], bar, a_bufs.index(stage))
         _tma_load(lora_b_desc, [col_start, 0], bar, b_bufs.index(stage))

@@ -97,6 +97,17 @@ def tile_start(local_index, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, 
 
 
 @gluon.jit
+def free_stage(ready, empty, count, STAGES: gl.constexpr):
+    """(stage, its ready barrier) for the loader's ``count``-th ring step, once the consumers
+    have released the stage's previous contents; the caller arms the barrier with the bytes it
+    loads (``mbarrier.expect``) and issues the copies. A fresh barrier counts as having
+    completed the phase before its first: the first pass over the ring does not wait."""
+    stage = count % STAGES
+    mbarrier.wait(empty.index(stage), ((count // STAGES) & 1) ^ 1)
+    return stage, ready.index(stage)
+
+
+@gluon.jit
 def pingpong_loader(x_desc, w_desc, w2_desc, a_bufs, b_bufs, ready, empty, M, N, K,
                     GROUP_M: gl.constexpr, STAGES: gl.constexpr, PAIRED: gl.constexpr, W_KN: gl.constexpr,
                     tail_x_desc, tail_w_desc, tail_k):
@@ -117,11 +128,7 @@ def pingpong_loader(x_desc, w_desc, w2_desc, a_bufs, b_bufs, ready, empty, M, N,
     for i in range(program_tiles(M, N, BLOCK_M, BLOCK_N)):
         row_start, col_start = tile_start(i, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         for kk in range(k_tiles):
-            stage = count % STAGES
-            # a fresh barrier counts as having completed the phase before its first: the
-            # first pass over the ring does not wait
-            mbarrier.wait(empty.index(stage), ((count // STAGES) & 1) ^ 1)
-            bar = ready.index(stage)
+            stage, bar = free_stage(ready, empty, count, STAGES)
             mbarrier.expect(bar, stage_bytes)
             _tma_load(x_desc, [row_start, kk * BLOCK_K], bar, a_bufs.index(stage))
             if PAIRED:
@@ -134,9 +141,7 @@ def pingpong_loader(x_desc, w_desc, w2_desc, a_bufs, b_bufs, ready, empty, M, N,
             count += 1
         if not PAIRED:  # the tail's K past tail_k reads zeros
             for kk in range(gl.cdiv(tail_k, BLOCK_K)):
-                stage = count % STAGES
-                mbarrier.wait(empty.index(stage), ((count // STAGES) & 1) ^ 1)
-                bar = ready.index(stage)
+                stage, bar = free_stage(ready, empty, count, STAGES)
                 mbarrier.expect(bar, stage_bytes)
                 _tma_load(tail_x_desc, [row_start, kk * BLOCK_K], bar, a_bufs.index(stage))
                 if W_KN:
