@@ -15,7 +15,7 @@ rotated each round; a row's figure is the median over the rounds.
 import json, os, statistics, time
 import torch
 import fusedmlp.ops.lora as lora_ops
-from fusedmlp.bench.harness import environment, graph_steps
+from fusedmlp.bench.harness import environment, flushed_event_times_ms, graph_steps
 from fusedmlp.bench.suites import glu, lora
 
 flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
@@ -29,16 +29,7 @@ def clock_mhz():
 
 
 def timed_calls(fn, count):
-    pairs = []
-    for _ in range(count):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        pairs.append((start, end))
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) * 1e3 for s, e in pairs]
+    return [ms * 1e3 for ms in flushed_event_times_ms(fn, count, flush)]
 
 
 def burst(fn):

@@ -138,6 +138,28 @@ def host_us_per_call(fn, calls: int = 200, runs: int = 5) -> float:
     return statistics.median(samples)
 
 
+def flushed_event_times_ms(fn, count: int, flush: torch.Tensor, setup=None) -> list:
+    """Milliseconds of each of ``count`` calls of ``fn`` (``fn(setup())`` with a ``setup``,
+    which runs untimed), every call CUDA-event-timed alone after ``flush.zero_()``, a write
+    that evicts the L2 cache (at least 256 MiB, as do_bench writes). In call order; one
+    synchronisation at the end."""
+    pairs = []
+    for _ in range(count):
+        state = setup() if setup is not None else None
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        if setup is None:
+            fn()
+        else:
+            fn(state)
+        end.record()
+        pairs.append((start, end))
+        del state
+    torch.cuda.synchronize()
+    return [a.elapsed_time(b) for a, b in pairs]
+
+
 def median_ms_each_after(setup, fn, warmup: int = 3, rep_ms: int = 500) -> float:
     """Median time in ms of ``fn(setup())``, CUDA-event-timed around ``fn`` alone: ``setup``
     runs untimed before each call. For a backward that runs once per forward (the store
@@ -146,18 +168,7 @@ def median_ms_each_after(setup, fn, warmup: int = 3, rep_ms: int = 500) -> float
     flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
 
     def timed(count):
-        pairs = []
-        for _ in range(count):
-            state = setup()
-            flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn(state)
-            end.record()
-            pairs.append((start, end))
-            del state
-        torch.cuda.synchronize()
-        return sorted(a.elapsed_time(b) for a, b in pairs)
+        return sorted(flushed_event_times_ms(fn, count, flush, setup))
 
     estimate = timed(warmup)[warmup // 2]
     times = timed(max(5, min(1000, int(rep_ms / max(estimate, 1e-3)))))
