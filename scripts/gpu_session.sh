@@ -2,7 +2,8 @@
 # One device-machine session (no network there): GPU tests, then benchmarks (SUITES, default geglu).
 # Runs from the repository root with the source tree on PYTHONPATH; pytest (and peers such as
 # liger-kernel) come from wheels carried in .whl/ when the image lacks them. Results land in $OUT.
-#   usage: [SUITES="geglu swiglu"] [TEST_FILES="tests/test_glu.py ..."] bash scripts/gpu_session.sh [tests|bench|all] [extra bench args...]
+#   usage: [SUITES="geglu swiglu"] [TEST_FILES="tests/test_glu.py ..."] [TEST_TIMEOUT=540] [TEST_WORKERS=N]
+#          [PYTEST_EXTRA="..."] bash scripts/gpu_session.sh [tests|bench|all] [extra bench args...]
 set -uo pipefail
 WHAT=${1:-all}; shift || true
 read -r -a PYTEST_ARGS <<< "${PYTEST_EXTRA:-}"
@@ -25,21 +26,40 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,n
 python3 -m fusedmlp.cli info
 rc=0
 if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
-    # one pytest process per test file, side by side: compiling kernels is CPU-bound and the
-    # machine has many cores; the GPU has room for all of them
-    pids=()
-    for file in ${TEST_FILES:-tests/test_*.py}; do
-        name=$(basename "$file" .py)
-        timeout "${TEST_TIMEOUT:-400}" python3 -m pytest -v -rf --durations=5 -p no:cacheprovider "$file" \
-            "${PYTEST_ARGS[@]}" > "$OUT/pytest_$name.log" 2>&1 &
-        pids+=($!)
-    done
-    for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
-    grep -h -E "^FAILED|^ERROR|Timeout" "$OUT"/pytest_*.log | head -40
-    for log in "$OUT"/pytest_*.log; do echo "$(basename "$log"): $(tail -n 1 "$log")"; done
-    # one file back instead of one per test file (the device tool returns a limited number)
-    for log in "$OUT"/pytest_test_*.log; do echo "=== $log"; cat "$log"; done > "$OUT/pytest.log"
-    rm -f "$OUT"/pytest_test_*.log
+    limit=${TEST_TIMEOUT:-540}
+    if python3 -c "import xdist" 2>/dev/null; then
+        # one pytest process whose tests pytest-xdist spreads over the cores (compiling kernels is
+        # CPU-bound; the GPU has room for every worker): with one process per file, the largest
+        # files finish last by minutes (on a 16-core H100 machine, 2026-11-27, four of 19 files were
+        # still running at 520 s while the others had finished)
+        timeout "$limit" python3 -m pytest -n "${TEST_WORKERS:-$(nproc)}" -rfs --durations=10 -p no:cacheprovider -p no:benchmark \
+            ${TEST_FILES:-tests} "${PYTEST_ARGS[@]}" > "$OUT/pytest.log" 2>&1
+        status=$?
+        [ $status = 124 ] && echo "pytest: cut off by the ${limit} s limit (TEST_TIMEOUT)"
+        [ $status = 0 ] || rc=1
+        grep -E "^FAILED|^ERROR" "$OUT/pytest.log" | head -40
+        tail -n 1 "$OUT/pytest.log"
+    else
+        # without pytest-xdist: one pytest process per test file, side by side
+        pids=(); files=(${TEST_FILES:-tests/test_*.py})
+        for file in "${files[@]}"; do
+            name=$(basename "$file" .py)
+            timeout "$limit" python3 -m pytest -v -rf --durations=5 -p no:cacheprovider "$file" \
+                "${PYTEST_ARGS[@]}" > "$OUT/pytest_$name.log" 2>&1 &
+            pids+=($!)
+        done
+        for i in "${!pids[@]}"; do
+            wait "${pids[$i]}"
+            status=$?
+            [ $status = 124 ] && echo "pytest: ${files[$i]} cut off by the ${limit} s limit"
+            [ $status = 0 ] || rc=1
+        done
+        grep -h -E "^FAILED|^ERROR" "$OUT"/pytest_*.log | head -40
+        for log in "$OUT"/pytest_*.log; do echo "$(basename "$log"): $(tail -n 1 "$log")"; done
+        # one file back instead of one per test file (the device tool returns a limited number)
+        for log in "$OUT"/pytest_test_*.log; do echo "=== $log"; cat "$log"; done > "$OUT/pytest.log"
+        rm -f "$OUT"/pytest_test_*.log
+    fi
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
     for suite in ${SUITES:-geglu}; do
