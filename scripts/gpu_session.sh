@@ -37,7 +37,7 @@ if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
         status=$?
         [ $status = 124 ] && echo "pytest: cut off by the ${limit} s limit (TEST_TIMEOUT)"
         [ $status = 0 ] || rc=1
-        grep -E "^FAILED|^ERROR" "$OUT/pytest.log" | head -40
+        grep -E "^FAILED|^ERROR|Timeout" "$OUT/pytest.log" | head -40
         tail -n 1 "$OUT/pytest.log"
     else
         # without pytest-xdist: one pytest process per test file, side by side
@@ -54,7 +54,7 @@ if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
             [ $status = 124 ] && echo "pytest: ${files[$i]} cut off by the ${limit} s limit"
             [ $status = 0 ] || rc=1
         done
-        grep -h -E "^FAILED|^ERROR" "$OUT"/pytest_*.log | head -40
+        grep -h -E "^FAILED|^ERROR|Timeout" "$OUT"/pytest_*.log | head -40
         for log in "$OUT"/pytest_*.log; do echo "$(basename "$log"): $(tail -n 1 "$log")"; done
         # one file back instead of one per test file (the device tool returns a limited number)
         for log in "$OUT"/pytest_test_*.log; do echo "=== $log"; cat "$log"; done > "$OUT/pytest.log"
