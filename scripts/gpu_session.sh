@@ -27,38 +27,39 @@ python3 -m fusedmlp.cli info
 rc=0
 if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
     limit=${TEST_TIMEOUT:-540}
+    files=(${TEST_FILES:-tests/test_*.py})
+    finished() {  # finished STATUS WHAT: say when the limit cut WHAT off; any failure fails the session
+        [ "$1" = 124 ] && echo "pytest: $2 cut off by the ${limit} s limit (TEST_TIMEOUT)"
+        [ "$1" = 0 ] || rc=1
+    }
     if python3 -c "import xdist" 2>/dev/null; then
         # one pytest process whose tests pytest-xdist spreads over the cores (compiling kernels is
         # CPU-bound; the GPU has room for every worker): with one process per file, the largest
         # files finish last by minutes (on a 16-core H100 machine, 2026-11-27, four of 19 files were
         # still running at 520 s while the others had finished)
-        timeout "$limit" python3 -m pytest -n "${TEST_WORKERS:-$(nproc)}" -rfs --durations=10 -p no:cacheprovider -p no:benchmark \
-            ${TEST_FILES:-tests} "${PYTEST_ARGS[@]}" > "$OUT/pytest.log" 2>&1
-        status=$?
-        [ $status = 124 ] && echo "pytest: cut off by the ${limit} s limit (TEST_TIMEOUT)"
-        [ $status = 0 ] || rc=1
-        grep -E "^FAILED|^ERROR|Timeout" "$OUT/pytest.log" | head -40
-        tail -n 1 "$OUT/pytest.log"
+        timeout "$limit" python3 -m pytest -n "${TEST_WORKERS:-$(nproc)}" -rfs --durations=10 -p no:cacheprovider \
+            -p no:benchmark "${files[@]}" "${PYTEST_ARGS[@]}" > "$OUT/pytest.log" 2>&1
+        finished $? "the run"
+        logs=("$OUT/pytest.log")
     else
         # without pytest-xdist: one pytest process per test file, side by side
-        pids=(); files=(${TEST_FILES:-tests/test_*.py})
+        pids=()
         for file in "${files[@]}"; do
-            name=$(basename "$file" .py)
             timeout "$limit" python3 -m pytest -v -rf --durations=5 -p no:cacheprovider "$file" \
-                "${PYTEST_ARGS[@]}" > "$OUT/pytest_$name.log" 2>&1 &
+                "${PYTEST_ARGS[@]}" > "$OUT/pytest_$(basename "$file" .py).log" 2>&1 &
             pids+=($!)
         done
         for i in "${!pids[@]}"; do
             wait "${pids[$i]}"
-            status=$?
-            [ $status = 124 ] && echo "pytest: ${files[$i]} cut off by the ${limit} s limit"
-            [ $status = 0 ] || rc=1
+            finished $? "${files[$i]}"
         done
-        grep -h -E "^FAILED|^ERROR|Timeout" "$OUT"/pytest_*.log | head -40
-        for log in "$OUT"/pytest_*.log; do echo "$(basename "$log"): $(tail -n 1 "$log")"; done
-        # one file back instead of one per test file (the device tool returns a limited number)
-        for log in "$OUT"/pytest_test_*.log; do echo "=== $log"; cat "$log"; done > "$OUT/pytest.log"
-        rm -f "$OUT"/pytest_test_*.log
+        logs=("$OUT"/pytest_test_*.log)
+    fi
+    grep -h -E "^FAILED|^ERROR|Timeout" "${logs[@]}" | head -40
+    for log in "${logs[@]}"; do echo "$(basename "$log"): $(tail -n 1 "$log")"; done
+    if [ "${logs[0]}" != "$OUT/pytest.log" ]; then  # one file back, not one per test file (the device tool returns a few)
+        for log in "${logs[@]}"; do echo "=== $log"; cat "$log"; done > "$OUT/pytest.log"
+        rm -f "${logs[@]}"
     fi
 fi
 if [ "$WHAT" = bench ] || [ "$WHAT" = all ]; then
