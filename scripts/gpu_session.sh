@@ -43,8 +43,11 @@ if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
         # CPU-bound; the GPU has room for every worker): with one process per file, the largest
         # files finish last by minutes (on a 16-core H100 machine, 2026-11-27, four of 19 files were
         # still running at 520 s while the others had finished)
-        # worksteal: an idle worker takes tests queued on a busy one, so the run ends together
-        cut_off_at_limit python3 -m pytest -n "${TEST_WORKERS:-$(nproc)}" --dist worksteal -rfs --durations=10 \
+        # -v: a line per test as it ends, so a failure is named even when the session never
+        # reaches its summary (2026-11-27: every test had run, the workers' exit then hung in
+        # torch.compile's worker-pool shutdown until the limit; tests/conftest.py now keeps
+        # inductor's compiles in-process under xdist)
+        cut_off_at_limit python3 -m pytest -n "${TEST_WORKERS:-$(nproc)}" -v -rfs --durations=10 \
             -p no:cacheprovider -p no:benchmark "${files[@]}" "${PYTEST_ARGS[@]}" > "$OUT/pytest.log" 2>&1
         finished $? "the run"
         logs=("$OUT/pytest.log")
@@ -62,7 +65,8 @@ if [ "$WHAT" = tests ] || [ "$WHAT" = all ]; then
         done
         logs=("$OUT"/pytest_test_*.log)
     fi
-    grep -h -E "^FAILED|^ERROR|Timeout" "${logs[@]}" | head -40
+    # failures from the summary, or from the per-test lines where no summary came
+    grep -h -E "^(FAILED|ERROR) |\] (FAILED|ERROR) |Timeout" "${logs[@]}" | head -40
     for log in "${logs[@]}"; do  # pytest's closing counts line (after a cut-off, tracebacks follow it)
         closing=$(grep -E '^=+ .* in [0-9.]+s' "$log" | tail -n 1)
         echo "$(basename "$log"): ${closing:-$(tail -n 1 "$log")}"

@@ -6,7 +6,13 @@ collection time, before the test modules import fusedmlp.
 
 import os
 
-import torch
+# Under pytest-xdist, torch.compile's tests compile in their worker process: with inductor's
+# pool of compile processes in every worker, one GPU run had every test done and then hung at
+# exit in the pools' shutdown (each waits up to 300 s; 2026-11-27, PyTorch 2.11).
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
+import torch  # noqa: E402
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
