@@ -22,7 +22,8 @@ ROWS = (3, 101)  # leading shape of x: 303 rows, not a multiple of any tile
 
 
 def _param(*shape, trainable=True):
-    """A float64 master (scaled so that activations stay O(1)); its bf16 leaf is made per call."""
+    """(float64 master scaled so that activations stay O(1), trainable): each call copies
+    perturbed values of it into the bf16 leaf."""
     return ((torch.randn(*shape, dtype=torch.float64) / shape[-1] ** 0.5).cuda(), trainable)
 
 
