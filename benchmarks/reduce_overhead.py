@@ -6,9 +6,9 @@ At the suites' small shapes a plain fused step waits for the host (the op layer'
 call outweighs eager's ATen calls). This times one forward+backward per impl, bf16, median ms
 (`median_ms`, the suites' timer; rounds alternate the order):
 - eager: the PyTorch formula; fused: the fusedmlp op, plain calls;
-- fused_ro / eager_ro: the same step under ``torch.compile(mode="reduce-overhead")``, whose
-  cudagraph trees replay the step's kernels from CUDA graphs (inputs copied into the graphs'
-  own buffers on each call); compile_ro compiles the eager formula;
+- fused_ro: the fused step under ``torch.compile(mode="reduce-overhead", fullgraph=True)``,
+  whose cudagraph trees replay the step's kernels from CUDA graphs (inputs copied into the
+  graphs' own buffers on each call); compile_ro: the eager formula under the same mode;
 - fused_graph: the step captured once by ``fusedmlp.capture_cuda_graph`` and replayed (no
   input copies: the benchmark's graphed impls).
 Shapes: LoRA 8192 x 1024 r 16 (W frozen), linear_act gelu_tanh 16384 x 512 -> 1792, SwiGLU
