@@ -11,9 +11,12 @@ call outweighs eager's ATen calls). This times one forward+backward per impl, bf
   graphs' own buffers on each call); compile_ro: the eager formula under the same mode;
 - fused_graph: the step captured once by ``fusedmlp.capture_cuda_graph`` and replayed (no
   input copies: the benchmark's graphed impls).
-Shapes: LoRA 8192 x 1024 r 16 (W frozen), linear_act gelu_tanh 16384 x 512 -> 1792, SwiGLU
-16384 x 512 -> 1792, DLRM's bottom MLP 13-512-256-64-16 at 2048 rows. Writes
-reduce_overhead.json to $OUT (default .)."""
+Shapes, each with its bench suite's inputs and formulas (fusedmlp/bench/suites/): LoRA
+8192 x 1024 r 16, linear_act gelu_tanh 16384 x 512 -> 1792, SwiGLU 16384 x 512 -> 1792,
+DLRM's bottom MLP 13-512-256-64-16 at 2048 rows. Writes reduce_overhead.json to $OUT
+(default .). (The run of 2026-11-27 in results/reduce_overhead_H100_2026-11-27/ built its own
+copies of these inputs and formulas, the same but for LoRA's bias, trainable there and frozen
+in the suite, and the MLP's biases, drawn at another scale.)"""
 
 import argparse
 import json
@@ -21,53 +24,31 @@ import os
 import statistics
 
 import torch
-import torch.nn.functional as F
 
 import fusedmlp
 from fusedmlp.bench.harness import environment, interleaved_ms
+from fusedmlp.bench.suites import linear_act as linear_act_suite
+from fusedmlp.bench.suites import lora as lora_suite
+from fusedmlp.bench.suites import mlp as mlp_suite
+from fusedmlp.bench.suites import swiglu as swiglu_suite
 
 DTYPE = torch.bfloat16
 
 
-def tensor(*shape, grad=False, scale=None):
-    t = torch.randn(*shape, device="cuda") * (scale if scale is not None else shape[-1] ** -0.5)
-    return t.to(DTYPE).requires_grad_(grad)
+# name -> (suite, shape): each case's inputs and forwards are its bench suite's
+CASES = {
+    "lora 8192x1024 r16": (lora_suite, (8192, 1024, 16)),
+    "linear_act 16384x512->1792": (linear_act_suite, (16384, 512, 1792)),
+    "swiglu 16384x512->1792": (swiglu_suite, (16384, 512, 1792)),
+    "mlp 2048 13-512-256-64-16": (mlp_suite, (2048, 13, 512, 256, 64, 16)),
+}
 
 
-def cases():
-    """name -> (fused forward, eager forward, inputs, output shape): forwards take the inputs."""
-    out = {}
-    x = tensor(8192, 1024, grad=True, scale=1.0)
-    w, b = tensor(1024, 1024), tensor(1024, grad=True)
-    a, lb = tensor(16, 1024, grad=True), tensor(1024, 16, grad=True)
-    out["lora 8192x1024 r16"] = (
-        lambda x, w, b, a, lb: fusedmlp.lora_linear(x, w, b, a, lb, 2.0),
-        lambda x, w, b, a, lb: F.linear(x, w, b) + 2.0 * F.linear(F.linear(x, a), lb),
-        (x, w, b, a, lb), (8192, 1024))
-    x = tensor(16384, 512, grad=True, scale=1.0)
-    w, b = tensor(1792, 512, grad=True), tensor(1792, grad=True)
-    out["linear_act 16384x512->1792"] = (
-        lambda x, w, b: fusedmlp.linear_act(x, w, b, activation="gelu_tanh"),
-        lambda x, w, b: F.gelu(F.linear(x, w, b), approximate="tanh"),
-        (x, w, b), (16384, 1792))
-    wg, wu, wd = tensor(1792, 512, grad=True), tensor(1792, 512, grad=True), tensor(512, 1792, grad=True)
-    out["swiglu 16384x512->1792"] = (
-        lambda x, wg, wu, wd: fusedmlp.swiglu(x, wg, wu, wd),
-        lambda x, wg, wu, wd: F.linear(F.silu(F.linear(x, wg)) * F.linear(x, wu), wd),
-        (x, wg, wu, wd), (16384, 512))
-    sizes = [13, 512, 256, 64, 16]
-    layers = [(tensor(o, i, grad=True), tensor(o, grad=True)) for i, o in zip(sizes, sizes[1:])]
-    params = [t for layer in layers for t in layer]
-
-    def eager_mlp(x, *params):
-        for index in range(0, len(params), 2):
-            x = torch.relu(F.linear(x, params[index], params[index + 1]))
-        return x
-
-    out["mlp 2048 13-512-256-64-16"] = (
-        lambda x, *p: fusedmlp.mlp(x, list(p[0::2]), list(p[1::2]), activation="relu", last_activation="relu"),
-        eager_mlp, (tensor(2048, 13, grad=True, scale=1.0), *params), (2048, 16))
-    return out
+def case(suite, shape):
+    """(fused forward, eager forward, inputs, g) of the suite at ``shape``."""
+    inputs, g = suite._make_inputs(shape, DTYPE)
+    forward_fn = suite._forward_fn(shape) if suite is mlp_suite else suite._forward_fn
+    return forward_fn("fused"), forward_fn("eager"), inputs, g
 
 
 def training_step(forward, inputs, g, compiled=False):
@@ -89,10 +70,10 @@ def main():
     all_steps = {}
     # every fused_graph captured before any reduce-overhead step runs: after one had, such a
     # capture was invalidated in a first run (2026-11-27; not investigated)
-    for name, (fused, eager, inputs, out_shape) in cases().items():
+    for name, (suite, shape) in CASES.items():
         if args.cases not in name:
             continue
-        g = tensor(*out_shape, scale=1.0)
+        fused, eager, inputs, g = case(suite, shape)
         steps = {"eager": training_step(eager, inputs, g), "fused": training_step(fused, inputs, g)}
         graph, _ = fusedmlp.capture_cuda_graph(steps["fused"], warmup=2)
         steps["fused_graph"] = graph.replay
