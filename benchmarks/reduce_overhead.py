@@ -14,9 +14,10 @@ call outweighs eager's ATen calls). This times one forward+backward per impl, bf
 Shapes, each with its bench suite's inputs and formulas (fusedmlp/bench/suites/): LoRA
 8192 x 1024 r 16, linear_act gelu_tanh 16384 x 512 -> 1792, SwiGLU 16384 x 512 -> 1792,
 DLRM's bottom MLP 13-512-256-64-16 at 2048 rows. Writes reduce_overhead.json to $OUT
-(default .). (The run of 2026-11-27 in results/reduce_overhead_H100_2026-11-27/ built its own
-copies of these inputs and formulas, the same but for LoRA's bias, trainable there and frozen
-in the suite, and the MLP's biases, drawn at another scale.)"""
+(default .). (The first run, results/reduce_overhead_H100_2026-11-27/, built its own copies of
+these inputs and formulas, the same but for LoRA's bias, trainable there and frozen in the
+suite, and the MLP's biases, drawn at another scale; this version's first GPU run is in
+results/capture_after_reduce_overhead_H100_2026-11-27/.)"""
 
 import argparse
 import json
@@ -68,8 +69,9 @@ def main():
     parser.add_argument("--cases", default="", help="run only the cases whose name contains this")
     args = parser.parse_args()
     all_steps = {}
-    # every fused_graph captured before any reduce-overhead step runs: after one had, such a
-    # capture was invalidated in a first run (2026-11-27; not investigated)
+    # every fused_graph captured before any reduce-overhead step runs: a capture of a step over
+    # leaves that a replayed reduce-overhead step differentiated is invalidated on PyTorch 2.11
+    # (benchmarks/capture_after_reduce_overhead.py)
     for name, (suite, shape) in CASES.items():
         if args.cases not in name:
             continue
