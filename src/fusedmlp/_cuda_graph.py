@@ -33,6 +33,24 @@ def in_graph_capture_mode() -> bool:
     return _graph_capture_depth > 0
 
 
+# a cause of cudaErrorStreamCaptureInvalidated found on PyTorch 2.11 (benchmarks/NOTES.md, "A
+# capture after reduce-overhead steps"): PyTorch's own steps fail the same way, in either capture
+# error mode, and a new tensor on the same memory is enough to avoid it
+CAPTURE_INVALIDATED_NOTE = (
+    "fusedmlp.capture_cuda_graph: one known cause of this error is a step that differentiates "
+    "leaf tensors which a torch.compile(mode=\"reduce-overhead\") step has differentiated before "
+    "in this process (PyTorch's own steps fail the same way). Capture before any such step runs, "
+    "or differentiate new leaves on the same memory instead: leaf.detach().requires_grad_().")
+
+
+def _add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)``, or the note appended to its message before Python 3.11."""
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    else:
+        error.args = (f"{error.args[0] if error.args else ''}\n{note}",) + error.args[1:]
+
+
 def capture_cuda_graph(fn, warmup: int = 3, after_warmup_call=None):
     """(graph, what the captured call of ``fn`` returned). ``fn`` runs ``warmup`` times first on
     a side stream (capture needs kernels compiled and allocations settled, off the capture
@@ -48,7 +66,8 @@ def capture_cuda_graph(fn, warmup: int = 3, after_warmup_call=None):
     collects first by default), which invalidates the capture; on an H100 the first capture of
     a fused MLP step under autocast in a process failed that way in 4 of 4 bench runs
     ("operation would make the legacy stream depend on a capturing blocking stream"), and
-    passed in 3 of 3 with this."""
+    passed in 3 of 3 with this. A capture invalidated for another reason raises PyTorch's
+    error with a note on the one other cause known (``CAPTURE_INVALIDATED_NOTE``)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     cache_before = torch.is_autocast_cache_enabled()
@@ -68,6 +87,10 @@ def capture_cuda_graph(fn, warmup: int = 3, after_warmup_call=None):
             try:
                 with torch.cuda.graph(graph):
                     result = fn()
+            except RuntimeError as error:  # torch.AcceleratorError among them
+                if "cudaErrorStreamCaptureInvalidated" in str(error):
+                    _add_note(error, CAPTURE_INVALIDATED_NOTE)
+                raise
             finally:
                 if gc_was_enabled:
                     gc.enable()
