@@ -107,8 +107,8 @@ def test_capture_after_reduce_overhead_steps():
     fused, reference, param_shapes = CASES["lora_linear"]
     dtype = torch.bfloat16
     params64 = [_param(*shape, trainable=trainable) for shape, trainable in param_shapes]
-    # 2-D x: with x of shape (3, 101, 128) the capture was not invalidated (the same process
-    # otherwise; why is PyTorch's)
+    # x 2-D, as in the probe: with x of shape (3, 101, 128) the same steps captured (not
+    # explained; results/capture_after_reduce_overhead_H100_2026-11-27/variants.txt)
     x = torch.randn(303, 128, device="cuda", dtype=dtype, requires_grad=True)
     leaves = [x] + [master.to(dtype).requires_grad_(trainable) for master, trainable in params64]
     g = torch.randn(303, 136, device="cuda", dtype=dtype)

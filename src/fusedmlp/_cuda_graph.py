@@ -35,12 +35,13 @@ def in_graph_capture_mode() -> bool:
 
 # a cause of cudaErrorStreamCaptureInvalidated found on PyTorch 2.11 (benchmarks/NOTES.md, "A
 # capture after reduce-overhead steps"): PyTorch's own steps fail the same way, in either capture
-# error mode, and a new tensor on the same memory is enough to avoid it
+# error mode, and new tensors on the same memory are enough to avoid it
 CAPTURE_INVALIDATED_NOTE = (
     "fusedmlp.capture_cuda_graph: one known cause of this error is a step that differentiates "
-    "leaf tensors which a torch.compile(mode=\"reduce-overhead\") step has differentiated before "
-    "in this process (PyTorch's own steps fail the same way). Capture before any such step runs, "
-    "or differentiate new leaves on the same memory instead: leaf.detach().requires_grad_().")
+    "leaf tensors which a torch.compile(mode=\"reduce-overhead\") step has differentiated and "
+    "replayed before in this process (PyTorch's own steps fail the same way). Capture before any "
+    "such step runs, or differentiate new leaves on the same memory instead: "
+    "leaf.detach().requires_grad_().")
 
 
 def _add_note(error: BaseException, note: str) -> None:
@@ -66,8 +67,8 @@ def capture_cuda_graph(fn, warmup: int = 3, after_warmup_call=None):
     collects first by default), which invalidates the capture; on an H100 the first capture of
     a fused MLP step under autocast in a process failed that way in 4 of 4 bench runs
     ("operation would make the legacy stream depend on a capturing blocking stream"), and
-    passed in 3 of 3 with this. A capture invalidated for another reason raises PyTorch's
-    error with a note on the one other cause known (``CAPTURE_INVALIDATED_NOTE``)."""
+    passed in 3 of 3 with this. An invalidated capture raises PyTorch's error with a note on
+    the other cause known (``CAPTURE_INVALIDATED_NOTE``)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     cache_before = torch.is_autocast_cache_enabled()
