@@ -18,6 +18,15 @@ from fusedmlp.ops.lora import lora_linear_reference
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 
 
+@pytest.fixture(autouse=True)
+def _one_kernel_forward(monkeypatch):
+    """This file's tests are of the one-kernel forward forms, unless they ask for the merged
+    one (``ops.MERGED_FORWARD``), which would otherwise take their identity calls on Hopper."""
+    import fusedmlp.ops.lora as ops
+
+    monkeypatch.setattr(ops, "MERGED_FORWARD", False)
+
+
 def make_inputs(lead_shape, d_in, d_out, r, device, bias=True, grads=(True, False, True, True, True)):
     """float64 masters of (x, W, b, A, B) and g. W frozen by default, as in LoRA training.
 
@@ -392,6 +401,100 @@ def test_merged_weight(device, monkeypatch, dtype, r):
     ulp = torch.finfo(dtype).eps * expected.abs()
     slack = 1e-5 * r * (lora_b.double().abs() @ lora_a.double().abs()) if dtype != torch.float64 else 0.0
     assert ((merged.double() - expected).abs() <= ulp + slack + 1e-12).all(), (merged.double() - expected).abs().max()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("lead,r,bias", [((37,), 1, True), ((3, 7), 3, False), ((50,), 16, True)],
+                         ids=["r=1", "3-D-r=3-nobias", "r=16"])
+@pytest.mark.parametrize(
+    "grads", [(True, True, True, True, True), (False, False, False, True, True), (True, False, False, False, False)],
+    ids=["all-incl-W", "adapter-only", "dx-only"],
+)
+def test_merged_forward(device, monkeypatch, dtype, lead, r, bias, grads):
+    """The identity forward as ``F.linear`` against the merged weight (``MERGED_FORWARD``
+    "always"; by the rule, Hopper at inputs up to 1024 wide), xs formed in the backward where
+    dB needs it: the output and every gradient against float64, lora_merge_kernel launched
+    (cuBLAS's addmm where the products run there) and no one-kernel forward; then the same
+    forward where autograd records nothing."""
+    import fusedmlp.ops.lora as ops
+
+    monkeypatch.setattr(ops, "MERGED_FORWARD", "always")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a one-kernel forward ran")
+
+    monkeypatch.setattr(ops, "lora_forward_impl", refuse)
+    launched = []
+    real = ops.launch
+    monkeypatch.setattr(ops, "launch", lambda kernel, *a, **k: launched.append(kernel) or real(kernel, *a, **k))
+    tensors, g = make_inputs(lead, 40, 36, r, device, bias, grads)
+    run_check(tensors, g, dtype, "identity", scale=2.0, what="merged")
+    assert ops.lora_merge_kernel in launched or ops.gemms_on_cublas(tensors[1].to(dtype))
+    x, w, b, a, lb = (None if t is None else t.detach().to(dtype) for t in tensors)
+    with torch.no_grad():
+        y = fusedmlp.lora_linear(x, w, b, a, lb, 2.0)
+    want = rounded_reference(dtype)(*(None if t is None else t.double() for t in (x, w, b, a, lb)), 2.0, "identity")
+    assert_close(y, want, dtype, "merged inference forward")
+
+
+def test_merged_forward_rule(monkeypatch):
+    """Where an eager call's forward is the merged one: the identity, no dropout, no kept pre;
+    by the rule also Hopper (faked here), 16-bit, inputs up to MERGED_FORWARD_MAX_IN wide and at
+    least as many rows as outputs; "always" lifts the rule, False turns it off."""
+    import fusedmlp.ops.lora as ops
+
+    monkeypatch.setattr(ops, "MERGED_FORWARD", True)
+    monkeypatch.setattr(ops, "use_triton", lambda t: True)
+    monkeypatch.setattr(ops, "gemms_on_cublas", lambda t: False)
+    monkeypatch.setattr(ops, "pingpong_device", lambda t: True)
+    bf16 = torch.bfloat16
+
+    def wanted(m=2048, k=1024, out=1024, r=16, dtype=bf16, act="identity", store_pre=False, dropout=False,
+               xs_needed=False):
+        x, weight = torch.empty(m, k, dtype=dtype), torch.empty(out, k, dtype=dtype)
+        lora_a = torch.empty(r, k, dtype=dtype)
+        return ops._merged_forward_wanted(x, weight, lora_a, x if dropout else None, act, store_pre, xs_needed)
+
+    assert wanted() and wanted(m=1024) and wanted(k=512, out=2048, m=2048) and wanted(dtype=torch.float16)
+    # where B trains, above the ranks whose xs the on-chip forms make nearly free
+    assert not wanted(xs_needed=True) and not wanted(r=8, xs_needed=True) and not wanted(r=3, xs_needed=True)
+    assert wanted(r=24, xs_needed=True) and wanted(r=64, xs_needed=True)
+    assert not wanted(m=1023)  # fewer rows than outputs
+    assert not wanted(k=2048)  # wider than MERGED_FORWARD_MAX_IN
+    assert not wanted(dtype=torch.float32)
+    for case in ({"act": "relu"}, {"store_pre": True}, {"dropout": True}):
+        assert not wanted(**case), case
+    monkeypatch.setattr(ops, "pingpong_device", lambda t: False)
+    assert not wanted()
+    monkeypatch.setattr(ops, "MERGED_FORWARD", "always")
+    assert wanted() and wanted(m=1, k=4096, dtype=torch.float32) and wanted(r=8, xs_needed=True)
+    assert not wanted(act="gelu") and not wanted(dropout=True) and not wanted(store_pre=True)
+    monkeypatch.setattr(ops, "MERGED_FORWARD", False)
+    assert not wanted()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("r,grads,merged", [
+    (64, (True, False, True, True, True), True),  # B trains, rank above 16
+    (16, (True, False, True, True, True), False),  # B trains: xs on chip
+    (16, (True, False, True, True, False), True),  # B frozen: no xs wanted
+], ids=["r=64", "r=16", "r=16-B-frozen"])
+def test_merged_forward_by_the_rule_on_gpu(monkeypatch, r, grads, merged):
+    """bf16 at 4096 x 1024 -> 1024, identity with a bias, the library's rule: the merged form on
+    Hopper where the backward does not need xs or the rank is above 16 (the one-kernel forms
+    elsewhere, and on other GPUs); output and every gradient against float64."""
+    import fusedmlp.ops.lora as ops
+
+    monkeypatch.setattr(ops, "MERGED_FORWARD", True)
+    launched = []
+    real = ops.launch
+    monkeypatch.setattr(ops, "launch", lambda kernel, *a, **k: launched.append(kernel) or real(kernel, *a, **k))
+    tensors, g = make_inputs((4096,), 1024, 1024, r, "cuda", grads=grads)
+    run_check(tensors, g, torch.bfloat16, "identity", scale=2.0, what="merged by the rule")
+    leaves = [None if t is None else t.detach().to(torch.bfloat16).requires_grad_(t.requires_grad) for t in tensors]
+    launched.clear()
+    fusedmlp.lora_linear(*leaves, 2.0)  # the forward alone: what it launched
+    assert (ops.lora_merge_kernel in launched) == (merged and ops.pingpong_device(leaves[0])), launched
 
 
 def test_dgrad_with_tail_strided_fallback(device):

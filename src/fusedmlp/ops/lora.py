@@ -34,6 +34,16 @@ at 32768 x 1024 (`fusedmlp bench lora`, autotuned, same results folder).
 Either way ``xs @ B.T``, the bias and the activation are applied on the tile, and the
 low-rank output ``[M, out]`` never reaches memory.
 
+The merged form (eager calls; ``MERGED_FORWARD``, ``_merged_forward_wanted``): for the identity
+with no dropout on Hopper in 16 bits, at inputs up to 1024 wide and at least as many rows as
+outputs, the forward is cuBLAS's ``F.linear`` against ``W + s * B @ A`` (one pass of
+``lora_merge_kernel``, rounded once to W's dtype, as the backward's merged dx below), and xs is
+formed in the backward, where dB needs it. At K = 1024 every one-kernel form above pays for its
+rank product on each unit of tiles (1.24-1.48x the bare GEMM at 32768 x 1024 -> 1024), the merged
+one a pass over a 1024 x 1024 weight (1.07-1.08x). Where B trains, the backward's read of x for
+xs outweighs that at ranks 8 and 16, whose xs the on-chip forms make nearly free, so there the
+merged form is the inference forward's (and a frozen B's) and the forward of ranks above 16.
+
 Backward, with g = dL/dy and dpre = g * act'(pre) (the stream kernel of ``linear_act``, with
 its deterministic db; g itself for the identity, with no stream), the rank-r products in the
 cheap order (``[M, r]`` intermediates):
@@ -208,6 +218,24 @@ DGRAD_TAIL_ROWS_PER_OUTPUT = 8
 # 32768 x 4096 r 16 3.687 -> 3.642, r 64 3.627 -> 3.598, 2048 x 4096 r 16 0.250 -> 0.251; eager
 # PEFT's 1.168 / 1.196 / 4.624 / 4.612 / 0.285. The same gradient bits either way.
 BESIDE_DGRAD_MIN_MACS = 2**36
+# The identity LoRA linear with no dropout, inputs up to MERGED_FORWARD_MAX_IN wide and at least
+# as many rows as outputs, on Hopper in 16 bits, in eager calls (not torch.compile's trace):
+# the forward is cuBLAS's ``F.linear`` against the merged weight ``W + s * B @ A`` (one pass of
+# ``lora_merge_kernel``); xs, which dB needs, is then formed in the backward (one more read of
+# x there), so where B trains the merged form is taken only above MERGED_FORWARD_XS_MAX_RANK,
+# where the one-kernel forms no longer form xs on chip. H100, bf16, bias, CUDA graphs, L2
+# flushed, merged / one-kernel, us (benchmarks/lora_merged_forward.py; benchmarks/NOTES.md,
+# "LoRA's forward against the merged weight"): forward at 32768 x 1024 -> 1024 r 4 / 8 / 16 /
+# 24 / 32 / 64 110.5 / 109.8 / 109.9 / 111.1 / 111.2 / 110.3 against 143.8 / 128.2 / 127.1 /
+# 147.4 / 145.3 / 151.4 (the bare mm 102-103), at 8192 rows 35.7-36.5 against 39.1-50.5 (mm
+# 30.5-30.7); fwd+bwd at 32768 rows r 8 / 16 328.7 / 329.5 against 319.7 / 320.6, r 24 / 32 /
+# 64 332.6 / 332.5 / 335.7 against 342.5 / 339.4 / 346.4; at 8192 rows r 8 / 16 107.8 / 106.3
+# against 104.1 / 102.6, r 32 / 64 106.0 / 108.6 against 105.1 / 114.3. MERGED_FORWARD = False
+# sends every call to the one-kernel forms (this op's tests set it), "always" takes the merged
+# form wherever it is correct (identity, no dropout, no kept pre; tests, benchmarks).
+MERGED_FORWARD = True
+MERGED_FORWARD_MAX_IN = 1024
+MERGED_FORWARD_XS_MAX_RANK = 16
 lora_forward_form = FastestForm(fields=("device", "dtype", "m_key", "n", "k", "r", "activation", "bias", "store_pre"),
                                 name="lora_forward")
 _FWD_KEY = ["M_KEY", "N", "K", "R_PAD", "ACT", "HAS_BIAS", "STORE_PRE", "LORA_IN_LOOP"]
@@ -446,6 +474,25 @@ def lora_forward_impl(x, weight, bias, lora_a, lora_b, x_lora, xs, scale: float,
     return y, pre, (x.new_empty((0,)) if given else xs_out)
 
 
+def _merged_forward_wanted(x, weight, lora_a, x_lora, act: str, store_pre: bool, xs_needed: bool) -> bool:
+    """True when an eager call's forward is ``F.linear`` against the merged weight
+    (``MERGED_FORWARD``): the identity, no dropout, no kept pre; by the rule, also Hopper,
+    16-bit, inputs up to ``MERGED_FORWARD_MAX_IN`` wide, at least as many rows as outputs (where
+    one pass over the ``[out, in]`` weight is small beside the GEMM), and, where the backward
+    needs xs (``xs_needed``: B trains), ranks above ``MERGED_FORWARD_XS_MAX_RANK``."""
+    if not MERGED_FORWARD or act != "identity" or store_pre or x_lora is not None or not use_triton(x):
+        return False
+    m, (out, k), r = x.shape[0], weight.shape, lora_a.shape[0]
+    return MERGED_FORWARD == "always" or (
+        pingpong_device(x) and x.element_size() == 2 and k <= MERGED_FORWARD_MAX_IN and m >= out > 0
+        and not gemms_on_cublas(x) and (not xs_needed or r > MERGED_FORWARD_XS_MAX_RANK))
+
+
+def _merged_forward(x, weight, bias, lora_a, lora_b, scale: float):
+    """``x @ (W + scale * B @ A).T + bias``: the merged weight in W's dtype, then cuBLAS."""
+    return torch.nn.functional.linear(x, _merged_weight(weight, lora_b, lora_a, scale, False), bias)
+
+
 # --------------------------------------------------------------------------------------
 # Backward (shared by both autograd paths)
 # --------------------------------------------------------------------------------------
@@ -514,10 +561,13 @@ def _merged_weight(weight, lora_b, lora_a, scale, traced):
 
 
 def _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, scale, act, mode, needs, traced):
-    """(dx, dW, db, dA, dB, dx_lora), None where ``needs`` says it is not wanted."""
+    """(dx, dW, db, dA, dB, dx_lora), None where ``needs`` says it is not wanted. ``xs`` None:
+    the forward did not form it (the merged form), so it is formed here if dB needs it."""
     needs_x, needs_w, needs_b, needs_a, needs_lb, needs_xl = needs
     forward = torch.ops.fusedmlp.lora_linear if traced else lora_forward_impl
     lora_input = x if x_lora is None else x_lora
+    if xs is None and (needs_lb or act != "identity"):
+        xs = _scaled_rank_product(lora_input, lora_a, scale)
     grads = {"a": None, "b": None, "x_lora": x_lora.new_empty(x_lora.shape) if needs_xl else None}
 
     def recompute_pre(rows):  # xs is kept: the recomputation is the base GEMM with its epilogue
@@ -569,7 +619,12 @@ def _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, scale,
 class _LoRAFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, lora_a, lora_b, x_lora, scale, act, store_pre):
-        y, pre, xs = lora_forward_impl(x, weight, bias, lora_a, lora_b, x_lora, None, scale, act, store_pre)
+        xs_needed = ctx.needs_input_grad[4]  # dB = dpre.T @ xs
+        if _merged_forward_wanted(x, weight, lora_a, x_lora, act, store_pre, xs_needed):
+            # xs is formed by the backward, where it is needed
+            y, pre, xs = _merged_forward(x, weight, bias, lora_a, lora_b, scale), None, None
+        else:
+            y, pre, xs = lora_forward_impl(x, weight, bias, lora_a, lora_b, x_lora, None, scale, act, store_pre)
         ctx.scale, ctx.act, ctx.mode = scale, act, saved_mode(act, store_pre)
         ctx.save_for_backward(x, weight, bias, lora_a, lora_b, x_lora, xs, tensor_to_save(act, ctx.mode, y, pre))
         return y
@@ -681,9 +736,12 @@ def lora_linear(
     x_lora = torch.nn.functional.dropout(x2d, dropout_p, training=True) if dropout_p > 0 else None
     scale = float(scale)
     if not grad_needed(x2d, weight, bias, lora_a, lora_b):  # inference: nothing kept for a backward
-        y = (torch.ops.fusedmlp.lora_linear(x2d, weight, bias, lora_a, lora_b, x_lora, None, scale, act, False)
-             if torch.compiler.is_compiling()
-             else lora_forward_impl(x2d, weight, bias, lora_a, lora_b, x_lora, None, scale, act, False))[0]
+        if torch.compiler.is_compiling():
+            y = torch.ops.fusedmlp.lora_linear(x2d, weight, bias, lora_a, lora_b, x_lora, None, scale, act, False)[0]
+        elif _merged_forward_wanted(x2d, weight, lora_a, x_lora, act, False, False):
+            y = _merged_forward(x2d, weight, bias, lora_a, lora_b, scale)
+        else:
+            y = lora_forward_impl(x2d, weight, bias, lora_a, lora_b, x_lora, None, scale, act, False)[0]
     elif torch.compiler.is_compiling():
         y = torch.ops.fusedmlp.lora_linear(x2d, weight, bias, lora_a, lora_b, x_lora, None, scale, act,
                                            save_preact)[0]

@@ -4,7 +4,9 @@ Shapes are (tokens, d, r): a square ``d -> d`` base layer with a rank-r adapter,
 activation (a PEFT LoRA ``Linear``), scale 2, W and b frozen, gradients for x, A and B.
 Implementations, side by side in one run on one device:
     fused      fusedmlp.lora_linear (xs = s * x @ A.T formed on chip once per unit of a row
-               block's tiles, from every tile's main loop, or from cuBLAS: ops/lora.py)
+               block's tiles, from every tile's main loop, or from cuBLAS; at inputs up to
+               1024 wide on Hopper, cuBLAS's GEMM against the merged weight W + s * B @ A,
+               xs formed in the backward: ops/lora.py)
     fused_in_loop  the same with x @ A.T always accumulated in every tile's main loop (the
                    Triton kernel, x read once)
     eager      F.linear(x, W, b) + F.linear(F.linear(x, A), B) * scale: PEFT's LoRA forward
@@ -57,10 +59,10 @@ def _forward_fn(impl: str):
         return lambda x, w, b, a, lb: lora_ops.lora_linear(x, w, b, a, lb, SCALE)
     if impl == "fused_in_loop":
         def in_loop(x, w, b, a, lb):
-            names = ("IN_LOOP_MAX_MACS", "IN_LOOP_MAX_RANK", "ONCHIP_FORWARD", "HANDOFF_FORWARD")
+            names = ("IN_LOOP_MAX_MACS", "IN_LOOP_MAX_RANK", "ONCHIP_FORWARD", "HANDOFF_FORWARD", "MERGED_FORWARD")
             limits = [getattr(lora_ops, name) for name in names]
-            # every size and rank, not the forms that form xs once per row block
-            for name, value in zip(names, (1 << 62, 64, False, False)):
+            # every size and rank, not the forms that form xs once per row block or merge the weight
+            for name, value in zip(names, (1 << 62, 64, False, False, False)):
                 setattr(lora_ops, name, value)
             try:
                 return lora_ops.lora_linear(x, w, b, a, lb, SCALE)
