@@ -150,6 +150,12 @@ def check_replayed_step(forward, reference, make_inputs, dtype=torch.bfloat16, w
         for leaf, value in zip(leaves, fresh):
             leaf.copy_(value)
         gy.copy_(fresh_g)
+    check_replay(graph, outputs, reference, leaves, gy, dtype, what)
+
+
+def check_replay(graph, outputs, reference, leaves, gy, dtype, what=""):
+    """``graph`` replayed: its ``outputs`` (the output, then the gradients of the leaves that
+    require one) against ``reference`` in float64 on the values now in ``leaves`` and ``gy``."""
     graph.replay()
     torch.cuda.synchronize()
     inputs64 = [t.detach().double().requires_grad_(t.requires_grad) for t in leaves]
@@ -214,6 +220,15 @@ def recording_launches(monkeypatch, launchers):
             return real(*args, **kwargs)
 
         monkeypatch.setattr(launcher, "launch", recorded)
+    return launched
+
+
+def recording_module_launches(monkeypatch, module, launched=None):
+    """Each kernel launched through ``module.launch`` (kernels/launch.py's ``launch`` as an ops
+    module imports it) appended to ``launched`` (a new list by default), which is returned."""
+    launched = [] if launched is None else launched
+    real = module.launch
+    monkeypatch.setattr(module, "launch", lambda kernel, *a, **k: launched.append(kernel) or real(kernel, *a, **k))
     return launched
 
 

@@ -14,7 +14,7 @@ from fusedmlp.ops.linear_act import linear_act_reference
 from fusedmlp.ops.lora import lora_linear_reference
 from fusedmlp.ops.mlp import mlp_reference
 from fusedmlp.ops.swiglu import swiglu_reference
-from helpers import assert_close
+from helpers import assert_close, check_replay
 
 pytestmark = pytest.mark.gpu
 
@@ -140,10 +140,4 @@ def test_capture_after_reduce_overhead_steps():
         for leaf in leaves:
             leaf.copy_(leaf * (1 + 0.1 * torch.randn_like(leaf)))
         g.copy_(torch.randn_like(g))
-    graph.replay()
-    torch.cuda.synchronize()
-    inputs64 = [t.detach().double().requires_grad_(t.requires_grad) for t in leaves]
-    y64 = reference(*inputs64)
-    want = (y64, *torch.autograd.grad(y64, [t for t in inputs64 if t.requires_grad], g.double()))
-    for index, (got, ref) in enumerate(zip(outputs, want)):
-        assert_close(got, ref, dtype, f"replayed output {index}")
+    check_replay(graph, outputs, reference, leaves, g, dtype)

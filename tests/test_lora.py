@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import (
     assert_close, check_against_float64, check_inference_forward, check_replayed_step, compile_pingpong_for_hopper,
-    fp32_matmul_precision, recording_launches, recording_pingpong_launches, rel_err,
+    fp32_matmul_precision, recording_launches, recording_module_launches, recording_pingpong_launches, rel_err,
 )
 from torch import nn
 
@@ -243,9 +243,8 @@ def test_onchip_forward_on_gpu(monkeypatch, activation, save_preact):
 
     recording_pingpong_launches(monkeypatch, ops)  # 3 SMs
     monkeypatch.setattr(ops, "HANDOFF_FORWARD", False)
-    launched = []
-    real_launch, real_segments = ops.launch, ops._onchip_segments
-    monkeypatch.setattr(ops, "launch", lambda kernel, *a, **k: launched.append(kernel) or real_launch(kernel, *a, **k))
+    real_segments = ops._onchip_segments
+    launched = recording_module_launches(monkeypatch, ops)
     cases = ((8, None, torch.bfloat16), (16, 2, torch.bfloat16), (8, 3, torch.bfloat16), (16, 5, torch.bfloat16),
              (16, None, torch.float16), (24, None, torch.bfloat16), (40, None, torch.bfloat16), (3, None, torch.bfloat16))
     for r, segments, dtype in cases:
@@ -274,9 +273,7 @@ def test_handoff_forward_on_gpu(monkeypatch, activation, save_preact):
     from fusedmlp.kernels.configs import LORA_HANDOFF_CONFIG
 
     recording_pingpong_launches(monkeypatch, ops)
-    launched = []
-    real_launch = ops.launch
-    monkeypatch.setattr(ops, "launch", lambda kernel, *a, **k: launched.append(kernel) or real_launch(kernel, *a, **k))
+    launched = recording_module_launches(monkeypatch, ops)
     monkeypatch.setattr(ops, "HANDOFF_FORWARD", "always")  # also where the items do not fit
     all_sms = torch.cuda.get_device_properties(0).multi_processor_count
     cases = ((8, 600, 3, 3, torch.bfloat16), (16, 600, 3, 1, torch.bfloat16), (16, 600, 16, 7, torch.bfloat16),
@@ -386,9 +383,7 @@ def test_merged_weight(device, monkeypatch, dtype, r):
     once: within one ulp of the float64 value, plus fp32 accumulation error."""
     import fusedmlp.ops.lora as ops
 
-    launched = []
-    real = ops.launch
-    monkeypatch.setattr(ops, "launch", lambda kernel, *a, **k: launched.append(kernel) or real(kernel, *a, **k))
+    launched = recording_module_launches(monkeypatch, ops)
     out, d_in, scale = 37, 150, 0.3
     weight = torch.randn(out, d_in + 6, dtype=torch.float64, device=device)[:, :d_in].to(dtype)
     lora_a = torch.randn(r, d_in, dtype=torch.float64, device=device).to(dtype)
@@ -424,9 +419,7 @@ def test_merged_forward(device, monkeypatch, dtype, lead, r, bias, grads):
         raise AssertionError("a one-kernel forward ran")
 
     monkeypatch.setattr(ops, "lora_forward_impl", refuse)
-    launched = []
-    real = ops.launch
-    monkeypatch.setattr(ops, "launch", lambda kernel, *a, **k: launched.append(kernel) or real(kernel, *a, **k))
+    launched = recording_module_launches(monkeypatch, ops)
     tensors, g = make_inputs(lead, 40, 36, r, device, bias, grads)
     run_check(tensors, g, dtype, "identity", scale=2.0, what="merged")
     assert ops.lora_merge_kernel in launched or ops.gemms_on_cublas(tensors[1].to(dtype))
@@ -486,9 +479,7 @@ def test_merged_forward_by_the_rule_on_gpu(monkeypatch, r, grads, merged):
     import fusedmlp.ops.lora as ops
 
     monkeypatch.setattr(ops, "MERGED_FORWARD", True)
-    launched = []
-    real = ops.launch
-    monkeypatch.setattr(ops, "launch", lambda kernel, *a, **k: launched.append(kernel) or real(kernel, *a, **k))
+    launched = recording_module_launches(monkeypatch, ops)
     tensors, g = make_inputs((4096,), 1024, 1024, r, "cuda", grads=grads)
     run_check(tensors, g, torch.bfloat16, "identity", scale=2.0, what="merged by the rule")
     leaves = [None if t is None else t.detach().to(torch.bfloat16).requires_grad_(t.requires_grad) for t in tensors]
@@ -849,8 +840,7 @@ def test_ieee_gemms_run_on_cublas(dtype, monkeypatch):
     import fusedmlp.ops.lora as ops
 
     launched = recording_launches(monkeypatch, (ops._fwd_launcher, ops._fwd_tma_launcher))
-    real_launch = ops.launch
-    monkeypatch.setattr(ops, "launch", lambda kernel, *a, **k: launched.append(kernel) or real_launch(kernel, *a, **k))
+    recording_module_launches(monkeypatch, ops, launched)
     with fp32_matmul_precision("highest"):
         for activation, save_preact in (("identity", False), ("identity", True), ("relu", False), ("gelu_tanh", True)):
             for r in (8, 40):
