@@ -10,9 +10,12 @@ launch that found the GPU's queue full), the GPU's time per step (CUDA events ar
 run), the tensor descriptors the launch cache filled and the memory segments the allocator
 took from CUDA during the run, the time of a fixed pure-Python loop just before it (the CPU's
 own pace), and the SM clock nvidia-smi reports during the run (sampled every 20 ms from a
-second process)."""
+second process). ``--profile``: each fused run under cProfile, and the functions whose own
+time differs most between the slowest run and the fastest."""
 
 import argparse
+import cProfile
+import pstats
 import statistics
 import subprocess
 import time
@@ -29,6 +32,9 @@ def main():
     parser.add_argument("--suite", default="lora", choices=sorted(CASES))
     parser.add_argument("--runs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--profile", action="store_true",
+                        help="cProfile each fused run; print the functions whose own time differs most "
+                             "between the slowest run and the fastest")
     args = parser.parse_args()
     torch.autograd.set_multithreading_enabled(False)
     import triton.backends.nvidia.driver as nvidia_driver
@@ -47,7 +53,7 @@ def main():
     smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm", "--format=csv,noheader", "-lms", "20"],
                            stdout=subprocess.PIPE, text=True)
     time.sleep(0.5)
-    marks = []
+    marks, profiles = [], []
     print(f"{args.suite} {shape} {torch.cuda.get_device_name()}: per step, us")
     for impl in ("fused", "eager"):
         forward = suite._forward_fn(impl)
@@ -62,10 +68,16 @@ def main():
             loop_ms = (time.perf_counter() - loop0) * 1e3
             fills_before, segments_before = fills[0], torch.cuda.memory_stats().get("segment.all.allocated", 0)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            profiler = cProfile.Profile() if args.profile and impl == "fused" else None
             wall0, cpu0 = time.perf_counter(), time.thread_time()
             start.record()
+            if profiler is not None:
+                profiler.enable()
             for _ in range(args.steps):
                 step()
+            if profiler is not None:
+                profiler.disable()
+                profiles.append(((time.perf_counter() - wall0), pstats.Stats(profiler).stats))
             end.record()
             wall1, cpu1 = time.perf_counter(), time.thread_time()
             torch.cuda.synchronize()
@@ -76,6 +88,13 @@ def main():
                   f"GPU {start.elapsed_time(end) / args.steps * 1e3:6.1f}; descriptors filled {fills[0] - fills_before}, "
                   f"segments allocated {torch.cuda.memory_stats().get('segment.all.allocated', 0) - segments_before}, "
                   f"Python loop {loop_ms:.1f} ms", flush=True)
+    if profiles:
+        (slow_time, slow), (fast_time, fast) = max(profiles, key=lambda p: p[0]), min(profiles, key=lambda p: p[0])
+        print(f"  cProfile, slowest fused run ({slow_time / args.steps * 1e6:.0f} us a step) against the fastest "
+              f"({fast_time / args.steps * 1e6:.0f}): own time per step, us")
+        own = lambda stats, key: stats.get(key, (0, 0, 0.0))[2] / args.steps * 1e6  # noqa: E731
+        for key in sorted(set(slow) | set(fast), key=lambda k: own(fast, k) - own(slow, k))[:15]:
+            print(f"    {own(slow, key):8.1f} {own(fast, key):8.1f}  {key[2]} ({key[0].split('/')[-1]}:{key[1]})")
     time.sleep(0.1)
     smi.terminate()
     samples = []
