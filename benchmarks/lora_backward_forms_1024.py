@@ -19,15 +19,12 @@ beside the bare base GEMMs (fwd + dgrad). Prints a table; writes lora_backward_f
 to $OUT (default .)."""
 
 import argparse
-import json
-import os
-import statistics
 
 import torch
 
 import fusedmlp.ops.lora as lora_ops
 from fusedmlp._cuda_graph import capture_cuda_graph
-from fusedmlp.bench.harness import environment, graph_steps, interleaved_ms
+from fusedmlp.bench.harness import graph_steps, interleaved_us_row, write_record
 from fusedmlp.bench.suites import lora as lora_suite
 
 SHAPES = [(32768, 1024, 8), (32768, 1024, 16), (32768, 1024, 64), (8192, 1024, 16)]
@@ -57,15 +54,8 @@ def main():
             setattr(lora_ops, name, value)
         x, w = inputs[0].detach(), inputs[1]
         replays["floor"] = capture_cuda_graph(lambda: (torch.mm(x, w.t()), torch.mm(g, w)))[0].replay
-        times = interleaved_ms(replays, args.rounds)
-        row = {"shape": shape, **{name: statistics.median(t) * 1000 for name, t in times.items()}, "rounds_ms": times}
-        rows.append(row)
-        print(shape, {name: round(v, 1) for name, v in row.items() if name not in ("shape", "rounds_ms")}, flush=True)
-    env = environment()
-    env["command"] = f"python3 benchmarks/lora_backward_forms_1024.py --rounds {args.rounds}" + (
-        f" --shapes {args.shapes}" if args.shapes else "")
-    with open(os.path.join(os.environ.get("OUT", "."), "lora_backward_forms_1024.json"), "w") as f:
-        json.dump({"environment": env, "rows": rows}, f, indent=1)
+        rows.append(interleaved_us_row(replays, args.rounds, shape=shape))
+    write_record("lora_backward_forms_1024", rows=rows)
     names = [f"{forward} {form}" for forward in ("one_kernel", "merged") for form in forms]
     print("\n| tokens x d, r | " + " | ".join(names) + " | floor |")
     print("|---|" + "---|" * (len(names) + 1))

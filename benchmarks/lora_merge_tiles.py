@@ -11,15 +11,12 @@ followed by ``F.linear(x, merged, b)`` over 8192 rows ("forward"), beside the ba
 alternate the order), medians in us. Prints a table and writes lora_merge_tiles.json to $OUT."""
 
 import argparse
-import json
-import os
-import statistics
 
 import torch
 
 import fusedmlp.ops.lora as lora_ops
 from fusedmlp._cuda_graph import capture_cuda_graph
-from fusedmlp.bench.harness import environment, interleaved_ms
+from fusedmlp.bench.harness import interleaved_us_row, write_record
 from fusedmlp.kernels.launch import launch
 from fusedmlp.ops._common import cdiv, dot_meta
 
@@ -65,14 +62,8 @@ def main():
             replays[f"forward {name}"] = capture_cuda_graph(
                 lambda tile=tile, merged=merged: torch.nn.functional.linear(
                     x, merge(weight, lora_b, lora_a, scale, merged, tile), bias))[0].replay
-        times = interleaved_ms(replays, args.rounds)
-        row = {"d": d, "r": r, **{name: statistics.median(t) * 1000 for name, t in times.items()}, "rounds_ms": times}
-        rows.append(row)
-        print((d, r), {name: round(v, 2) for name, v in row.items() if name not in ("d", "r", "rounds_ms")}, flush=True)
-    env = environment()
-    env["command"] = f"python3 benchmarks/lora_merge_tiles.py --rounds {args.rounds}"
-    with open(os.path.join(os.environ.get("OUT", "."), "lora_merge_tiles.json"), "w") as f:
-        json.dump({"environment": env, "rows": rows}, f, indent=1)
+        rows.append(interleaved_us_row(replays, args.rounds, d=d, r=r))
+    write_record("lora_merge_tiles", rows=rows)
     names = ["x".join(map(str, tile)) for tile in TILES]
     print(f"\nmerge alone / merged forward over {ROWS} rows, us (gemm = bare x @ W.T)")
     print("| d, r | gemm | " + " | ".join(names) + " |")

@@ -11,14 +11,11 @@ by ``interleaved_ms`` (L2 flushed before each replay; rounds alternate the order
 table of medians and writes lora_merged_forward.json to $OUT (default .)."""
 
 import argparse
-import json
-import os
-import statistics
 
 import torch
 
 import fusedmlp.ops.lora as lora_ops
-from fusedmlp.bench.harness import environment, graph_steps, interleaved_ms
+from fusedmlp.bench.harness import graph_steps, interleaved_us_row, write_record
 from fusedmlp.bench.suites import lora as lora_suite
 from fusedmlp._cuda_graph import capture_cuda_graph
 
@@ -42,15 +39,8 @@ def main():
         lora_ops.MERGED_FORWARD = True
         x, w = inputs[0].detach(), inputs[1]
         replays["gemm fwd"] = capture_cuda_graph(lambda: torch.mm(x, w.t()))[0].replay
-        times = interleaved_ms(replays, args.rounds)
-        row = {"shape": shape, **{name: statistics.median(t) * 1000 for name, t in times.items()}, "rounds_ms": times}
-        rows.append(row)
-        print(shape, {name: round(v, 1) for name, v in row.items() if name not in ("shape", "rounds_ms")}, flush=True)
-    env = environment()
-    env["command"] = f"python3 benchmarks/lora_merged_forward.py --rounds {args.rounds}" + (
-        f" --shapes {args.shapes}" if args.shapes else "")
-    with open(os.path.join(os.environ.get("OUT", "."), "lora_merged_forward.json"), "w") as f:
-        json.dump({"environment": env, "rows": rows}, f, indent=1)
+        rows.append(interleaved_us_row(replays, args.rounds, shape=shape))
+    write_record("lora_merged_forward", rows=rows)
     print("\n| tokens x d, r | fwd merged | fwd one-kernel | GEMM | merged / GEMM | one-kernel / GEMM "
           "| fwd+bwd merged | fwd+bwd one-kernel |")
     print("|---|---|---|---|---|---|---|---|")

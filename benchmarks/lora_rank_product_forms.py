@@ -15,14 +15,12 @@ the library's form and in others:
 Prints a table and writes lora_rank_product_forms.json to $OUT (default .)."""
 
 import argparse
-import json
-import os
 import statistics
 
 import torch
 
 from fusedmlp._cuda_graph import capture_cuda_graph
-from fusedmlp.bench.harness import environment, interleaved_ms
+from fusedmlp.bench.harness import interleaved_ms, write_record
 
 RANKS = (8, 16, 32, 64)
 
@@ -65,10 +63,7 @@ def main():
             replays[f"r {r} {name}"] = graph.replay
     times = interleaved_ms(replays, args.rounds)
     medians = {name: statistics.median(t) * 1000 for name, t in times.items()}
-    env = environment()
-    env["command"] = f"python3 benchmarks/lora_rank_product_forms.py --rounds {args.rounds} --tokens {m} --d {d}"
-    with open(os.path.join(os.environ.get("OUT", "."), "lora_rank_product_forms.json"), "w") as f:
-        json.dump({"environment": env, "us": medians, "rounds_ms": times}, f, indent=1)
+    write_record("lora_rank_product_forms", us=medians, rounds_ms=times)
     names = list(forms(g, x, lora_a, lora_b, xs, d_xa, scale))
     print(f"{m} x {d}, bf16, us (graphed, L2 flushed)")
     print("| form | " + " | ".join(f"r {r}" for r in RANKS) + " |")

@@ -20,14 +20,12 @@ suite, and the MLP's biases, drawn at another scale; this version's first GPU ru
 results/capture_after_reduce_overhead_H100_2026-11-27/.)"""
 
 import argparse
-import json
-import os
 import statistics
 
 import torch
 
 import fusedmlp
-from fusedmlp.bench.harness import environment, interleaved_ms
+from fusedmlp.bench.harness import interleaved_ms, write_record
 from fusedmlp.bench.suites import linear_act as linear_act_suite
 from fusedmlp.bench.suites import lora as lora_suite
 from fusedmlp.bench.suites import mlp as mlp_suite
@@ -92,11 +90,7 @@ def main():
         row = {"case": name, **{impl: statistics.median(t) for impl, t in times.items()}, "rounds": times}
         rows.append(row)
         print(name, {impl: round(v, 4) for impl, v in row.items() if impl not in ("case", "rounds")}, flush=True)
-    env = environment()
-    env["command"] = f"python3 benchmarks/reduce_overhead.py --rounds {args.rounds}"
-    path = os.path.join(os.environ.get("OUT", "."), "reduce_overhead.json")
-    with open(path, "w") as f:
-        json.dump({"environment": env, "rows": rows}, f, indent=1)
+    write_record("reduce_overhead", rows=rows)
     impls = ["eager", "compile_ro", "fused", "fused_ro", "fused_graph"]
     print("\n| step (fwd+bwd, bf16, ms) | " + " | ".join(impls) + " | eager / fused_ro |")
     print("|---|" + "---|" * (len(impls) + 1))

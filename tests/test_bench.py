@@ -182,6 +182,24 @@ def test_interleaved_ms_alternates_the_order(monkeypatch):
     assert result == {"a": [1.0, 6.0], "b": [2.0, 5.0], "c": [3.0, 4.0]}
 
 
+def test_interleaved_us_row_and_write_record(tmp_path, monkeypatch, capsys):
+    """The benchmark scripts' row (fields, medians over the rounds in us, the rounds in ms,
+    printed as one line) and record ($OUT/SCRIPT.json with the environment and the script's
+    own command line); ``median_ms`` replaced by fixed times, no GPU here."""
+    times = iter([1.0, 4.0, 3.0, 2.0, 0.5, 0.25])
+    monkeypatch.setattr(harness, "median_ms", lambda fn: next(times))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    row = harness.interleaved_us_row({"a": lambda: None, "b": lambda: None}, 3, d=64, r=8)
+    assert row == {"d": 64, "r": 8, "a": 1000.0, "b": 3000.0, "rounds_ms": {"a": [1.0, 2.0, 0.5], "b": [4.0, 3.0, 0.25]}}
+    assert capsys.readouterr().out.split() == ["64", "8", "{'a':", "1000.0,", "'b':", "3000.0}"]
+    monkeypatch.setenv("OUT", str(tmp_path))
+    monkeypatch.setattr("sys.argv", ["probe.py", "--rounds", "3"])
+    harness.write_record("probe", rows=[row])
+    record = json.loads((tmp_path / "probe.json").read_text())
+    assert record["environment"]["command"] == "python3 benchmarks/probe.py --rounds 3"
+    assert record["environment"]["torch"] == torch.__version__ and record["rows"] == [row]
+
+
 @pytest.mark.gpu
 def test_stepwise_ms_orders_and_times_the_steps():
     """harness.stepwise_ms: rotated rounds call the steps in turn, the order rotated by one

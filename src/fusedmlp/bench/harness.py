@@ -55,6 +55,25 @@ def interleaved_ms(calls: dict, rounds: int) -> dict:
     return times
 
 
+def interleaved_us_row(calls: dict, rounds: int, **fields) -> dict:
+    """``fields`` plus each callable's median over ``interleaved_ms``'s rounds in us, and the
+    rounds themselves (``rounds_ms``); printed as one line. For the comparison scripts of
+    benchmarks/ (CUDA-graph replays, one row per shape)."""
+    times = interleaved_ms(calls, rounds)
+    medians = {name: statistics.median(t) * 1000 for name, t in times.items()}
+    print(*fields.values(), {name: round(v, 1) for name, v in medians.items()}, flush=True)
+    return {**fields, **medians, "rounds_ms": times}
+
+
+def write_record(script: str, **payload) -> None:
+    """``{"environment": ..., **payload}`` to $OUT/SCRIPT.json ($OUT defaults to .), the
+    environment's command the script's own (``python3 benchmarks/SCRIPT.py ARGS``)."""
+    env = environment()
+    env["command"] = " ".join([f"python3 benchmarks/{script}.py"] + sys.argv[1:])
+    with open(os.path.join(os.environ.get("OUT", "."), f"{script}.json"), "w") as f:
+        json.dump({"environment": env, **payload}, f, indent=1)
+
+
 def stepwise_ms(steps: dict, rounds: int, count: int, skip: int, rotated: bool) -> dict:
     """{name: [median ms of each round]} of each step in ``steps``, every call CUDA-event-timed
     alone after a write that flushes the L2 cache. ``rotated``: each round calls the steps in
