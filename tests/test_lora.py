@@ -430,6 +430,24 @@ def test_merged_forward(device, monkeypatch, dtype, lead, r, bias, grads):
     assert_close(y, want, dtype, "merged inference forward")
 
 
+@pytest.mark.parametrize("rows,grads,merges", [
+    (50, (True, False, True, True, True), 1), (50, (False, False, False, True, True), 1),
+    (20, (True, False, True, True, True), 1),
+], ids=["dx-on-the-merged-weight", "no-dx", "fewer-rows-than-outputs"])
+def test_merged_forward_merges_once_a_step(device, monkeypatch, rows, grads, merges):
+    """After the merged forward, a backward whose dx is taken against the merged weight uses the
+    forward's (kept for it), so a fwd+bwd step forms it once; without dx, or with fewer rows
+    than outputs (dx = dpre @ W plus the low-rank term), nothing is kept and nothing formed
+    again. Every gradient against float64."""
+    import fusedmlp.ops.lora as ops
+
+    monkeypatch.setattr(ops, "MERGED_FORWARD", "always")
+    launched = recording_module_launches(monkeypatch, ops)
+    tensors, g = make_inputs((rows,), 40, 36, 8, device, True, grads)
+    run_check(tensors, g, torch.bfloat16, "identity", scale=2.0, what="merged once")
+    assert launched.count(ops.lora_merge_kernel) == merges
+
+
 def test_merged_forward_rule(monkeypatch):
     """Where an eager call's forward is the merged one: the identity, no dropout, no kept pre;
     by the rule also Hopper (faked here), 16-bit, inputs up to MERGED_FORWARD_MAX_IN wide and at

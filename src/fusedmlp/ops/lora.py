@@ -78,8 +78,10 @@ the current stream then waits for the kernel. The same bits either way.
 
 What the backward keeps is ``linear_act``'s choice (``save_preact``; the output for
 activations whose derivative follows from it; otherwise nothing, pre recomputed from x and
-the saved xs), plus xs ``[M, r]``. Dropout is PyTorch's (``F.dropout`` on x, outside the
-kernel), so its mask and its gradient are PyTorch's own.
+the saved xs), plus xs ``[M, r]``; after the merged forward, xs is not kept but the merged
+weight ``[out, in]`` is, where the backward's dx is taken against it (formed once a step, not
+twice). Dropout is PyTorch's (``F.dropout`` on x, outside the kernel), so its mask and its
+gradient are PyTorch's own.
 
 fp32 at PyTorch's "highest" matmul precision and fp64 on a GPU (``gemms_on_cublas``, where
 Triton's dots would run on CUDA cores) take the reference's form: cuBLAS's base product with
@@ -489,8 +491,10 @@ def _merged_forward_wanted(x, weight, lora_a, x_lora, act: str, store_pre: bool,
 
 
 def _merged_forward(x, weight, bias, lora_a, lora_b, scale: float):
-    """``x @ (W + scale * B @ A).T + bias``: the merged weight in W's dtype, then cuBLAS."""
-    return torch.nn.functional.linear(x, _merged_weight(weight, lora_b, lora_a, scale, False), bias)
+    """(``x @ (W + scale * B @ A).T + bias``, the merged weight): the merged weight in W's
+    dtype, then cuBLAS."""
+    merged = _merged_weight(weight, lora_b, lora_a, scale, False)
+    return torch.nn.functional.linear(x, merged, bias), merged
 
 
 # --------------------------------------------------------------------------------------
@@ -542,6 +546,13 @@ def _dgrad_with_tail(dpre, weight, d_xa, lora_a, beside=()):
     return dx
 
 
+def _dx_on_merged_weight(m, weight, lora_a, lora_dx, traced) -> bool:
+    """True when the backward's dx is taken against the merged weight (``_backward``): the
+    low-rank term goes to dx (``lora_dx``), at least as many rows as outputs, and not the
+    dgrad kernel with the rank tail."""
+    return lora_dx and m >= weight.shape[0] and (traced or not _dgrad_tail_wanted(m, weight, lora_a))
+
+
 def _merged_weight(weight, lora_b, lora_a, scale, traced):
     """``W + scale * B @ A`` [out, in] in W's dtype: one pass of ``lora_merge_kernel`` (addmm
     under tracing, where no kernel may launch, on the CPU reference path, and where the
@@ -560,9 +571,11 @@ def _merged_weight(weight, lora_b, lora_a, scale, traced):
     return merged
 
 
-def _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, scale, act, mode, needs, traced):
+def _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, scale, act, mode, needs, traced,
+              merged=None):
     """(dx, dW, db, dA, dB, dx_lora), None where ``needs`` says it is not wanted. ``xs`` None:
-    the forward did not form it (the merged form), so it is formed here if dB needs it."""
+    the forward did not form it (the merged form), so it is formed here if dB needs it.
+    ``merged``: the merged weight the forward formed, where dx is taken against it."""
     needs_x, needs_w, needs_b, needs_a, needs_lb, needs_xl = needs
     forward = torch.ops.fusedmlp.lora_linear if traced else lora_forward_impl
     lora_input = x if x_lora is None else x_lora
@@ -582,7 +595,8 @@ def _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, scale,
     lora_dx = needs_x and x_lora is None
     m, out, r = x.shape[0], weight.shape[0], lora_a.shape[0]
     tail = lora_dx and not traced and _dgrad_tail_wanted(m, weight, lora_a)
-    merged = _merged_weight(weight, lora_b, lora_a, scale, traced) if lora_dx and not tail and m >= out else None
+    if merged is None and _dx_on_merged_weight(m, weight, lora_a, lora_dx, traced):
+        merged = _merged_weight(weight, lora_b, lora_a, scale, traced)
     d_xa_rows = x.new_empty((m, r)) if lora_dx and not tail and merged is None else None
     chunk = {"beside": []}  # the current row chunk's d_xa, and its dB, dA, for the tail kernel
 
@@ -620,20 +634,25 @@ class _LoRAFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, lora_a, lora_b, x_lora, scale, act, store_pre):
         xs_needed = ctx.needs_input_grad[4]  # dB = dpre.T @ xs
+        merged = None
         if _merged_forward_wanted(x, weight, lora_a, x_lora, act, store_pre, xs_needed):
-            # xs is formed by the backward, where it is needed
-            y, pre, xs = _merged_forward(x, weight, bias, lora_a, lora_b, scale), None, None
+            # xs is formed by the backward, where it is needed; the merged weight is kept where
+            # the backward's dx is taken against it (the same tensor it would form again)
+            (y, merged), pre, xs = _merged_forward(x, weight, bias, lora_a, lora_b, scale), None, None
+            if not _dx_on_merged_weight(x.shape[0], weight, lora_a, ctx.needs_input_grad[0], False):
+                merged = None
         else:
             y, pre, xs = lora_forward_impl(x, weight, bias, lora_a, lora_b, x_lora, None, scale, act, store_pre)
         ctx.scale, ctx.act, ctx.mode = scale, act, saved_mode(act, store_pre)
-        ctx.save_for_backward(x, weight, bias, lora_a, lora_b, x_lora, xs, tensor_to_save(act, ctx.mode, y, pre))
+        ctx.save_for_backward(x, weight, bias, lora_a, lora_b, x_lora, xs, tensor_to_save(act, ctx.mode, y, pre),
+                              merged)
         return y
 
     @staticmethod
     def backward(ctx, grad_y):
-        x, weight, bias, lora_a, lora_b, x_lora, xs, saved = ctx.saved_tensors
+        x, weight, bias, lora_a, lora_b, x_lora, xs, saved, merged = ctx.saved_tensors
         grads = _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, ctx.scale, ctx.act,
-                          ctx.mode, ctx.needs_input_grad[:6], False)
+                          ctx.mode, ctx.needs_input_grad[:6], False, merged)
         return (*grads, None, None, None)
 
 
@@ -739,7 +758,7 @@ def lora_linear(
         if torch.compiler.is_compiling():
             y = torch.ops.fusedmlp.lora_linear(x2d, weight, bias, lora_a, lora_b, x_lora, None, scale, act, False)[0]
         elif _merged_forward_wanted(x2d, weight, lora_a, x_lora, act, False, False):
-            y = _merged_forward(x2d, weight, bias, lora_a, lora_b, scale)
+            y = _merged_forward(x2d, weight, bias, lora_a, lora_b, scale)[0]
         else:
             y = lora_forward_impl(x2d, weight, bias, lora_a, lora_b, x_lora, None, scale, act, False)[0]
     elif torch.compiler.is_compiling():
