@@ -304,9 +304,11 @@ base = torch.empty(256, 256, dtype=torch.bfloat16)
 def desc(name):  # the main loop's left operands (x, LoRA's xs, a dgrad's a and tail), [K, N] weights, [N, K] ones, an output
     # (and for LoRA's forward with xs on chip: A's tiles [R_PAD, BLOCK_K], B's [BLOCK_N, R_PAD], xs's [BLOCK_M, R_PAD])
     rank_blocks = {"rank_a_desc": ("RANK_BLOCK", "BLOCK_K"), "rank_b_desc": ("BLOCK_N", "RANK_BLOCK"),
-                   "xs_out_desc": ("BLOCK_M", "RANK_BLOCK")}
+                   "xs_out_desc": ("BLOCK_M", "RANK_BLOCK"), "xs_rank_desc": ("BLOCK_M", "RANK_BLOCK")}
     if name in rank_blocks:
         block = [config[key] for key in rank_blocks[name]]
+        if name == "xs_rank_desc" and config.get("COOPERATIVE"):  # a cooperative tile's rows
+            block[0] *= 2
         return mangle_type(TensorDescriptor.from_tensor(base, block, gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)))
     rows, cols = (("BLOCK_M", "BLOCK_K") if name in ("x_desc", "gy_desc", "xs_desc", "a_desc", "tail_a_desc")
                   else ("BLOCK_K", "BLOCK_N") if name in ("wd_desc", "w_kn_desc", "tail_w_kn_desc")
@@ -334,6 +336,7 @@ for i, act in enumerate(activations):
                 signature[p.name] = "constexpr"
             else:
                 signature[p.name] = (desc(p.name) if p.name.endswith("_desc") else "*i32" if p.name == "flags_ptr"
+                                     else "*fp32" if p.name == "db_part_ptr"
                                      else "*bf16" if p.name.endswith("_ptr")
                                      else "fp32" if p.name.startswith("SCALE_") else "i32")
         positions = {(kernel.arg_names.index(k),): v for k, v in constants.items()}

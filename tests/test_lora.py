@@ -157,12 +157,16 @@ def test_pingpong_kernel_compiles_for_hopper():
     """The Gluon ping-pong LoRA forward (xs @ B.T as its main loop's tail steps) compiles for
     sm_90a with the installed Triton, pre stored and not, alternating tiles and on wide
     cooperative tiles (its form beyond LORA_PINGPONG_MAX_K); so does the backward's dx kernel
-    (d_xa @ A as its tail steps, W read as [K, N] tiles), without spills."""
+    (d_xa @ A as its tail steps, W read as [K, N] tiles), without spills, and its form that also
+    forms dB at ranks padded to 16 and 32."""
     compile_pingpong_for_hopper("lora", "lora_fwd_pingpong_kernel", "LINEAR_PINGPONG_CONFIG", ["gelu_tanh", "relu"])
     compile_pingpong_for_hopper("lora", "lora_fwd_pingpong_kernel", "LINEAR_WIDE_COOPERATIVE_CONFIG",
                                 ["gelu_tanh", "relu"])
     compile_pingpong_for_hopper("linear_act", "dgrad_pingpong_kernel", "DGRAD_PINGPONG_CONFIG", ["identity"],
                                 max_stack=0)
+    for rank_block in (16, 32):  # and the one that also forms dB (xs tiles of the padded rank)
+        compile_pingpong_for_hopper("lora", "lora_dgrad_db_kernel", f'DGRAD_PINGPONG_CONFIG:{{"RANK_BLOCK": {rank_block}}}',
+                                    ["identity"], max_stack=0)
 
 
 def test_onchip_kernel_compiles_for_hopper():
@@ -517,26 +521,42 @@ def test_dgrad_with_tail_strided_fallback(device):
     weight = torch.randn(out, d_in, dtype=torch.float64, device=device)
     d_xa = torch.randn(m, r, dtype=torch.float64, device=device)
     lora_a = torch.randn(r, d_in, dtype=torch.float64, device=device)
+    xs = torch.randn(m, r, dtype=torch.float64, device=device)
     expected = dpre @ weight + d_xa @ lora_a
     for dtype in (torch.float32, torch.bfloat16):
-        dx = ops._dgrad_with_tail(dpre.to(dtype), weight.to(dtype), d_xa.to(dtype), lora_a.to(dtype))
+        dx, db = ops._dgrad_with_tail(dpre.to(dtype), weight.to(dtype), d_xa.to(dtype), lora_a.to(dtype))
         assert_close(dx.double(), expected, dtype, f"strided dpre {dtype}")
+        assert db is None
+        # with xs: dB = dpre.T @ xs beside it (cuBLAS here), in fp32
+        dx, db = ops._dgrad_with_tail(dpre.to(dtype), weight.to(dtype), d_xa.to(dtype), lora_a.to(dtype),
+                                      xs=xs.to(dtype))
+        assert db.dtype == torch.float32
+        assert_close(dx.double(), expected, dtype, f"strided dpre {dtype}, with xs")
+        assert_close(db.double(), dpre.t() @ xs, dtype, f"dB beside strided dpre {dtype}")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("activation,save_preact", [("identity", False), ("gelu_tanh", False), ("relu", True)])
 def test_dgrad_tail_on_gpu(monkeypatch, activation, save_preact):
     """On Hopper, dx as dgrad_pingpong_kernel with d_xa @ A as its last K steps (one step
-    at r = 8 and 24, two at 72; rows, columns and K partial; fewer rows than outputs and more;
-    the backward in row chunks, where the activation streams dpre) where M * cdiv(r, 64) <=
-    DGRAD_TAIL_ROWS_PER_OUTPUT * out and r is a multiple of 8, the merged weight otherwise:
-    outputs and every gradient against float64, on 3 SMs."""
+    at r = 8, 16 and 24, two at 72; rows, columns and K partial; fewer rows than outputs and
+    more; the backward in row chunks, where the activation streams dpre) where M * cdiv(r, 64)
+    <= DGRAD_TAIL_ROWS_PER_OUTPUT * out and r is a multiple of 8, the merged weight otherwise;
+    where B trains and r pads to 16, lora_dgrad_db_kernel, which also forms dB (its K steps all
+    on one column tile, split among 3, or among 9 tiles of which some have none; r = 16 with B
+    frozen takes the plain kernel; r = 32 with its rank block allowed): outputs and every
+    gradient against float64, on 3 SMs."""
     import fusedmlp.ops._common as common
     import fusedmlp.ops.lora as ops
 
     kernels = recording_pingpong_launches(monkeypatch, ops)
-    for rows, d_out, r, rule in ((300, 392, 8, None), (600, 104, 24, None), (500, 104, 72, None), (300, 392, 3, None),
-                                 ("chunked", 104, 24, None), (600, 104, 24, 0)):
+    cases = ((300, 200, 392, 8, None, True), (600, 200, 104, 24, None, True), (500, 200, 104, 72, None, True),
+             (300, 200, 392, 3, None, True), (400, 600, 1032, 16, None, True), (400, 600, 1032, 16, None, False),
+             (300, 2304, 600, 16, None, True), (300, 2304, 600, 32, None, True), ("chunked", 200, 104, 8, None, True),
+             (600, 200, 104, 24, 0, True))
+    for rows, d_in, d_out, r, rule, b_trains in cases:
+        # r = 32: the kernel at its 32-wide rank block too (not taken by default: DGRAD_DB_RANK_BLOCKS)
+        monkeypatch.setattr(ops, "DGRAD_DB_RANK_BLOCKS", (16, 32) if r == 32 else (16,))
         chunked = rows == "chunked"
         if chunked:  # 600 rows in chunks of 256 (where dpre is a stream's transient)
             rows = 600
@@ -545,12 +565,14 @@ def test_dgrad_tail_on_gpu(monkeypatch, activation, save_preact):
         if rule is not None:
             monkeypatch.setattr(ops, "DGRAD_TAIL_ROWS_PER_OUTPUT", rule)
         kernels.clear()
-        tensors, g = make_inputs((rows,), 200, d_out, r, "cuda", grads=(True, True, True, True, True))
+        tensors, g = make_inputs((rows,), d_in, d_out, r, "cuda", grads=(True, True, True, True, b_trains))
         run_check(tensors, g, torch.bfloat16, activation, scale=2.0, save_preact=save_preact,
-                  what=f"dgrad tail {rows} rows, out {d_out}, r={r}, rule {rule}")
+                  what=f"dgrad tail {rows} rows, out {d_out}, r={r}, rule {rule}, B trains {b_trains}")
         tail = r % 8 == 0 and rows * -(-r // 64) <= ops.DGRAD_TAIL_ROWS_PER_OUTPUT * d_out
-        launches = kernels.count(ops.dgrad_pingpong_kernel)
-        assert launches == (0 if not tail else 3 if chunked and activation != "identity" else 1), (rows, r, kernels)
+        with_db = tail and b_trains and (r <= 16 or r == 32)
+        launches = [kernels.count(ops.dgrad_pingpong_kernel), kernels.count(ops.lora_dgrad_db_kernel)]
+        expected = 0 if not tail else 3 if chunked and activation != "identity" else 1
+        assert launches == ([0, expected] if with_db else [expected, 0]), (rows, r, b_trains, kernels)
 
 
 @pytest.mark.gpu
@@ -588,10 +610,12 @@ def test_rank_products_beside_the_dgrad_on_gpu(monkeypatch, activation):
         return [t.grad.clone() for t in leaves if t.requires_grad]
 
     after = grads(1 << 62)
-    assert [launch[1:] for launch in launches if launch[0] is ops.dgrad_pingpong_kernel] == \
+    tail_kernels = (ops.dgrad_pingpong_kernel, ops.lora_dgrad_db_kernel)
+    assert [launch[1:] for launch in launches if launch[0] in tail_kernels] == \
         [(4, caller.priority, True)] * (1 if activation == "identity" else 3)
+    assert all(launch[0] is ops.lora_dgrad_db_kernel for launch in launches if launch[0] in tail_kernels)
     beside = grads(0)
-    dgrads = [launch[1:] for launch in launches if launch[0] is ops.dgrad_pingpong_kernel]
+    dgrads = [launch[1:] for launch in launches if launch[0] in tail_kernels]
     high = torch.cuda.Stream(priority=common.SIDE_STREAM_PRIORITY).priority
     assert high < caller.priority  # lower numbers go first
     # chunks of 256, 256 and 88 rows: 2, 2 and 1 row tiles of 128 on 4 SMs

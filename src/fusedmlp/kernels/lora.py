@@ -34,9 +34,10 @@ the main loop (``cdiv(r, BLOCK_K)``, the columns past r read as zeros), after x 
 
 Backward (ops/lora.py), with dpre = dL/dpre and ``d_xa = s * dpre @ B`` [M, r]:
 linear_act.py's ``dgrad_pingpong_kernel`` forms ``dx = dpre @ W + d_xa @ A`` in one main loop
-on Hopper (W read as ``[K, N]`` tiles, d_xa and A as its last K steps), and
-``lora_merge_kernel`` forms the merged weight ``W + s * B @ A`` that dx is otherwise taken
-against, in one pass over W.
+on Hopper (W read as ``[K, N]`` tiles, d_xa and A as its last K steps); where B trains,
+``lora_dgrad_db_kernel`` is that kernel forming ``dB = dpre.T @ xs`` too, from the same dpre
+tiles; ``lora_merge_kernel`` forms the merged weight ``W + s * B @ A`` that dx is otherwise
+taken against, in one pass over W.
 """
 
 import triton
@@ -63,8 +64,10 @@ from .pingpong import (
     pingpong_mainloop,
     pingpong_mainloop_with_rank,
     pingpong_setup,
+    program_tiles,
     ring_mma_steps,
     tile_bias,
+    tile_start,
     tma_store_tile,
 )
 
@@ -631,3 +634,134 @@ def lora_merge_kernel(
     merged = w.to(ACC_DTYPE) + (delta * SCALE_HI + delta * SCALE_LO)
     tl.store(out_ptr + rows[:, None] * stride_on + cols[None, :],
              round_operand(merged, out_ptr.dtype.element_ty, UPCAST), mask=mask)
+
+
+@gluon.jit
+def dgrad_db_loader(a_desc, w_kn_desc, tail_a_desc, tail_w_kn_desc, xs_rank_desc, a_bufs, b_bufs, xs_bufs, ready, empty,
+                    xs_ready, xs_empty, M, N, K, R, GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+    """Loader partition of ``lora_dgrad_db_kernel``: per tile, first the row block's xs tile
+    ``[TILE_M, R_PAD]`` into xs buffer ``i % 2`` (once both consumers released what it held
+    two tiles before), then the ring steps of ``pingpong_loader`` with ``W_KN`` and the tail."""
+    TILE_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = w_kn_desc.block_type.shape[1]
+    stage_bytes: gl.constexpr = a_desc.block_type.nbytes + w_kn_desc.block_type.nbytes
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    count = 0
+    for i in range(program_tiles(M, N, TILE_M, BLOCK_N)):
+        row_start, col_start = tile_start(i, M, N, TILE_M, BLOCK_N, GROUP_M)
+        xs_index = i % 2
+        mbarrier.wait(xs_empty.index(xs_index), ((i // 2) & 1) ^ 1)
+        mbarrier.expect(xs_ready.index(xs_index), xs_rank_desc.block_type.nbytes)
+        _tma_load(xs_rank_desc, [row_start, 0], xs_ready.index(xs_index), xs_bufs.index(xs_index))
+        for kk in range(k_tiles):
+            stage, bar = free_stage(ready, empty, count, STAGES)
+            mbarrier.expect(bar, stage_bytes)
+            _tma_load(a_desc, [row_start, kk * BLOCK_K], bar, a_bufs.index(stage))
+            _tma_load(w_kn_desc, [kk * BLOCK_K, col_start], bar, b_bufs.index(stage))
+            count += 1
+        for kk in range(gl.cdiv(R, BLOCK_K)):  # the tail: d_xa @ A, rows of A past R read as zeros
+            stage, bar = free_stage(ready, empty, count, STAGES)
+            mbarrier.expect(bar, stage_bytes)
+            _tma_load(tail_a_desc, [row_start, kk * BLOCK_K], bar, a_bufs.index(stage))
+            _tma_load(tail_w_kn_desc, [kk * BLOCK_K, col_start], bar, b_bufs.index(stage))
+            count += 1
+
+
+@gluon.jit
+def dgrad_db_consumer(db_part_ptr, dx_desc, a_bufs, b_bufs, c_bufs, xs_bufs, ready, empty, xs_ready, xs_empty,
+                      M, N, K, R, CONSUMER: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+    """Consumer warpgroup ``CONSUMER`` of ``lora_dgrad_db_kernel`` (cooperative: its ROWS of
+    every tile). The main loop as ``ring_mma_steps`` with ``W_KN``; on the K steps that fall to
+    it (``kk % column tiles == tile_n``, every other one to each consumer) it first multiplies
+    the stage's whole dpre tile, transposed, by the row block's xs: ``dpre[rows, k-slice].T @
+    xs[rows]`` ``[BLOCK_K, R_PAD]``, fp32, stored as row block ``tile_m``'s partial of dB's rows
+    ``k-slice``. That MMA is issued before the step's own, so the wait that leaves one group in
+    flight finds it done."""
+    TILE_M: gl.constexpr = a_bufs.type.shape[1]
+    BLOCK_K: gl.constexpr = a_bufs.type.shape[2]
+    ROWS: gl.constexpr = dx_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = dx_desc.block_type.shape[1]
+    R_PAD: gl.constexpr = xs_bufs.type.shape[2]
+    acc_layout: gl.constexpr = accumulator_layout(BLOCK_N)
+    db_layout: gl.constexpr = accumulator_layout(R_PAD)
+    c_buf = c_bufs.index(CONSUMER)
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    steps = k_tiles + gl.cdiv(R, BLOCK_K)
+    cols = gl.cdiv(N, BLOCK_N)
+    db_rows = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(1, db_layout))
+    db_cols = gl.arange(0, R_PAD, layout=gl.SliceLayout(0, db_layout))
+    count = 0
+    for i in range(program_tiles(M, N, TILE_M, BLOCK_N)):
+        row_start, col_start = tile_start(i, M, N, TILE_M, BLOCK_N, GROUP_M)
+        tile_m = row_start // TILE_M
+        tile_n = col_start // BLOCK_N
+        xs_buf = xs_bufs.index(i % 2)
+        acc = gl.zeros((ROWS, BLOCK_N), dtype=gl.float32, layout=acc_layout)
+        prev_stage = 0
+        for kk in range(steps):
+            stage = count % STAGES
+            mbarrier.wait(ready.index(stage), (count // STAGES) & 1)
+            a_tile = a_bufs.index(stage)
+            if kk < k_tiles and kk % cols == tile_n and (kk // cols) % 2 == CONSUMER:
+                mbarrier.wait(xs_ready.index(i % 2), (i // 2) & 1)
+                db = warpgroup_mma(a_tile.permute((1, 0)), xs_buf,
+                                   gl.zeros((BLOCK_K, R_PAD), dtype=gl.float32, layout=db_layout), is_async=True)
+                acc = warpgroup_mma(a_tile.slice(CONSUMER * ROWS, ROWS), b_bufs.index(stage), acc, is_async=True)
+                db, acc = warpgroup_mma_wait(num_outstanding=1, deps=(db, acc))
+                k_rows = kk * BLOCK_K + db_rows
+                gl.store(db_part_ptr + (tile_m.to(gl.int64) * K + k_rows[:, None]) * R + db_cols[None, :], db,
+                         mask=(k_rows < K)[:, None] & (db_cols < R)[None, :])
+            else:
+                acc = warpgroup_mma(a_tile.slice(CONSUMER * ROWS, ROWS), b_bufs.index(stage), acc, is_async=True)
+                acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+            mbarrier.arrive(empty.index(prev_stage), count=1, pred=kk > 0)
+            prev_stage = stage
+            count += 1
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        mbarrier.arrive(empty.index(prev_stage), count=1)
+        mbarrier.arrive(xs_empty.index(i % 2), count=1)
+        tma_store_tile(dx_desc, c_buf, acc, row_start + CONSUMER * ROWS, col_start)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def lora_dgrad_db_kernel(
+    a_desc, w_kn_desc, tail_a_desc, tail_w_kn_desc, xs_rank_desc, dx_desc, db_part_ptr,
+    M, N, K, R,
+    GROUP_M: gl.constexpr, STAGES: gl.constexpr, COOPERATIVE: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: DGRAD_PINGPONG_CONFIG
+):
+    """LoRA's input gradient and dB in one kernel: ``dx [M, N] = dpre @ W + d_xa @ A`` as
+    linear_act.py's ``dgrad_pingpong_kernel`` (dpre ``[M, K]`` as ``a_desc``, W ``[K, N]``, d_xa
+    ``[M, R]``, A ``[R, N]``; here K is the layer's out, N its in), and beside it the row blocks'
+    partials of ``dB = dpre.T @ xs`` ``[K, R]``: ``db_part [row blocks, K, R]`` fp32, which the
+    host sums over the row blocks in order (no atomics: the same bits every run).
+
+    Why: dB is a read of dpre, which this kernel's main loop reads anyway, tile by tile. With
+    dB from cuBLAS beside the kernel (on the SMs its grid leaves) dA = d_xa.T @ x ran after it
+    (30-35 us of a 916 us step at 8192 x 4096 -> 4096, r 8, H100; benchmarks/NOTES.md, "LoRA's
+    rank products by rank"); dA now takes those SMs (graphed steps 16-22 us faster there at r 8
+    and 16, 47-101 us at 32768 rows: NOTES.md, "LoRA's dB in the dgrad kernel"). Each dpre tile ``[TILE_M, BLOCK_K]`` of a
+    row block is in shared memory once per column tile of dx, so K step kk's product falls to
+    the column tile ``kk % column tiles`` (every tile of the row block does a share, none waits
+    for another), alternately to each consumer, whose extra MMA ``[BLOCK_K, TILE_M] @ [TILE_M,
+    R_PAD]`` reads the stage's tile transposed and the row block's xs tile, loaded once per tile
+    into one of two buffers. 16-bit data, R a multiple of 8 (TMA's 16-byte rows) up to
+    ``R_PAD`` (xs_rank_desc's block width); ``COOPERATIVE`` comes with the config and must be true."""
+    gl.static_assert(COOPERATIVE, "lora_dgrad_db_kernel runs cooperative tiles")
+    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(a_desc, w_kn_desc, dx_desc, STAGES, False, 1, True)
+    xs_bufs = gl.allocate_shared_memory(xs_rank_desc.dtype, [2] + xs_rank_desc.block_type.shape, xs_rank_desc.layout)
+    xs_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    xs_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for index in gl.static_range(2):
+        mbarrier.init(xs_ready.index(index), count=1)
+        mbarrier.init(xs_empty.index(index), count=2)
+    gl.warp_specialize([
+        (dgrad_db_consumer, (db_part_ptr, dx_desc, a_bufs, b_bufs, c_bufs, xs_bufs, ready, empty, xs_ready, xs_empty,
+                             M, N, K, R, 0, GROUP_M, STAGES)),
+        (dgrad_db_consumer, (db_part_ptr, dx_desc, a_bufs, b_bufs, c_bufs, xs_bufs, ready, empty, xs_ready, xs_empty,
+                             M, N, K, R, 1, GROUP_M, STAGES)),
+        (dgrad_db_loader, (a_desc, w_kn_desc, tail_a_desc, tail_w_kn_desc, xs_rank_desc, a_bufs, b_bufs, xs_bufs, ready,
+                           empty, xs_ready, xs_empty, M, N, K, R, GROUP_M, STAGES)),
+    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])

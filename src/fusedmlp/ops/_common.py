@@ -351,7 +351,7 @@ def rows_aligned(t: torch.Tensor) -> bool:
 
 
 def launch_pingpong(kernel, config: dict, m: int, n: int, sms: int, x_descs: dict, w_descs: dict,
-                    out_descs: dict, kn_descs: dict = None, **kwargs):
+                    out_descs: dict, kn_descs: dict = None, other_descs: dict = None, **kwargs):
     """Launch a ping-pong kernel (kernels/pingpong.py) over an [m, n] output, one program per SM
     (at most one per tile). ``config`` holds its block sizes and meta-parameters; the
     descriptor arguments are plain tensors, grouped by block shape: tiles of x ``[BLOCK_M,
@@ -359,7 +359,8 @@ def launch_pingpong(kernel, config: dict, m: int, n: int, sms: int, x_descs: dic
     their shape) ``[BLOCK_M, BLOCK_N]``, and of ``[k, n]`` weights ``[BLOCK_K, BLOCK_N]``.
     With ``COOPERATIVE`` (BLOCK_M rows per consumer, both consumers on each tile) a tile and
     its x tiles have ``2 * BLOCK_M`` rows. ``EPILOGUE_N`` (default BLOCK_N): the outputs'
-    block width, for a kernel whose epilogue takes a tile in column pieces."""
+    block width, for a kernel whose epilogue takes a tile in column pieces. ``other_descs``:
+    name -> (tensor, block shape) for descriptors of any other block."""
     meta = dict(config)
     block_m, block_n, block_k = (meta.pop(name) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
     epilogue_n = meta.pop("EPILOGUE_N", block_n)
@@ -367,8 +368,11 @@ def launch_pingpong(kernel, config: dict, m: int, n: int, sms: int, x_descs: dic
     kn_descs = kn_descs or {}
     blocks = {**dict.fromkeys(x_descs, (tile_m, block_k)), **dict.fromkeys(w_descs, (block_n, block_k)),
               **dict.fromkeys(out_descs, (block_m, epilogue_n)), **dict.fromkeys(kn_descs, (block_k, block_n))}
+    other = {name: tensor for name, (tensor, _) in (other_descs or {}).items()}
+    blocks.update({name: block for name, (_, block) in (other_descs or {}).items()})
     grid = (min(sms, cdiv(m, tile_m) * cdiv(n, block_n)),)
-    launch(kernel, grid, **x_descs, **w_descs, **out_descs, **kn_descs, **kwargs, **meta, descriptor_blocks=blocks)
+    launch(kernel, grid, **x_descs, **w_descs, **out_descs, **kn_descs, **other, **kwargs, **meta,
+           descriptor_blocks=blocks)
 
 
 def _cuda_times(forms: dict, block_ms: float = 60.0, passes: int = 2) -> dict:

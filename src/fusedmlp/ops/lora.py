@@ -70,11 +70,15 @@ B at 1e-3 and 1e-1), dx's relative error against float64 was 2.3e-3 with the mer
 once). With dropout the LoRA path's input is a dropped-out copy of x, so the low-rank term
 goes to that copy (``d_xa @ A``, through the mask) and dx is ``dpre @ W``.
 
-With the tail kernel, from ``BESIDE_DGRAD_MIN_MACS`` multiply-adds of the base GEMM, dB and dA
-(memory-bound: a read of dpre, a read of x) run beside it: the kernel on a high-priority stream
-with the fewest programs that take as many rounds of tiles as one per SM, the products on the
-current stream, where the SMs left over and those freed by the kernel's last round take them;
-the current stream then waits for the kernel. The same bits either way.
+Where B trains and r pads to 16 (``DGRAD_DB_RANK_BLOCKS``), the tail kernel also forms dB from
+the dpre tiles its main loop reads (kernels/lora.py ``lora_dgrad_db_kernel``: each row block's
+K steps shared among its column tiles, fp32 partials per row block summed in order after it).
+With the tail kernel, from ``BESIDE_DGRAD_MIN_MACS`` multiply-adds of the base GEMM, the other
+rank products (dA, and dB where the kernel does not form it; memory-bound: a read of x, a read
+of dpre) run beside it: the kernel on a high-priority stream with the fewest programs that take
+as many rounds of tiles as one per SM, the products on the current stream, where the SMs left
+over and those freed by the kernel's last round take them; the current stream then waits for
+the kernel. The same bits either way.
 
 What the backward keeps is ``linear_act``'s choice (``save_preact``; the output for
 activations whose derivative follows from it; otherwise nothing, pre recomputed from x and
@@ -117,6 +121,7 @@ from ..kernels.configs import (
 from ..kernels.launch import launch
 from ..kernels.linear_act import dgrad_pingpong_kernel
 from ..kernels.lora import (
+    lora_dgrad_db_kernel,
     lora_fwd_handoff_kernel,
     lora_fwd_kernel,
     lora_fwd_onchip_kernel,
@@ -220,6 +225,17 @@ DGRAD_TAIL_ROWS_PER_OUTPUT = 8
 # 32768 x 4096 r 16 3.687 -> 3.642, r 64 3.627 -> 3.598, 2048 x 4096 r 16 0.250 -> 0.251; eager
 # PEFT's 1.168 / 1.196 / 4.624 / 4.612 / 0.285. The same gradient bits either way.
 BESIDE_DGRAD_MIN_MACS = 2**36
+# Where B trains and the rank pads to one of these widths, the tail kernel also forms dB from the
+# dpre tiles it reads (kernels/lora.py ``lora_dgrad_db_kernel``: fp32 partials per row block,
+# summed in order here), and dA alone runs beside it, where it ran after the kernel before. H100,
+# bf16, fwd+bwd steps in CUDA graphs, identity with bias, W frozen, us, dB in the kernel against
+# beside it (benchmarks/lora_dgrad_db_ab.py; benchmarks/NOTES.md, "LoRA's dB in the dgrad
+# kernel"): 8192 x 4096 r 8 / 16 896.9 / 893.1 against 912.6 / 915.1, 32768 x 4096 r 8 / 16
+# 3475.8 / 3450.1 against 3522.8 / 3551.4, 8192 x 1024 r 16 103.2 against 102.8; at r 32 (the
+# kernel compiles with 32-wide xs tiles too) 901.4 against 896.0 at 8192 x 4096: its partials,
+# [row blocks, out, r] fp32, are twice as large, so 32 is left out. 64 would overflow the
+# shared memory.
+DGRAD_DB_RANK_BLOCKS = (16,)
 # The identity LoRA linear with no dropout, inputs up to MERGED_FORWARD_MAX_IN wide and at least
 # as many rows as outputs, on Hopper in 16 bits, in eager calls (not torch.compile's trace):
 # the forward is cuBLAS's ``F.linear`` against the merged weight ``W + s * B @ A`` (one pass of
@@ -510,40 +526,70 @@ def _dgrad_tail_wanted(m, weight, lora_a) -> bool:
             and m * cdiv(r, block_k) <= DGRAD_TAIL_ROWS_PER_OUTPUT * weight.shape[0])
 
 
-def _dgrad_with_tail(dpre, weight, d_xa, lora_a, beside=()):
-    """``dx = dpre @ W + d_xa @ A`` [M, in]: one ping-pong kernel (kernels/linear_act.py) where dpre's
-    rows are readable by TMA, else cuBLAS with the low-rank term as the GEMM's addend.
-    ``beside``: functions (the rank products dB and dA) run on the current stream while the
-    kernel runs on a high-priority stream, from ``BESIDE_DGRAD_MIN_MACS``; after it otherwise."""
+def _dgrad_db_wanted(xs) -> bool:
+    """True when the tail kernel also forms dB from its dpre tiles (``lora_dgrad_db_kernel``):
+    its rank padding to DGRAD_DB_RANK_BLOCKS, xs's rows readable by TMA, and the dgrad config's
+    cooperative tiles."""
+    return (DGRAD_PINGPONG_CONFIG.get("COOPERATIVE", False) and _rank_block(xs.shape[1]) in DGRAD_DB_RANK_BLOCKS
+            and tma_eligible(xs))
+
+
+def _dgrad_with_tail(dpre, weight, d_xa, lora_a, beside=(), xs=None):
+    """(dx, dB): ``dx = dpre @ W + d_xa @ A`` [M, in], one ping-pong kernel (kernels/linear_act.py)
+    where dpre's rows are readable by TMA, else cuBLAS with the low-rank term as the GEMM's
+    addend. dB is None without ``xs``; with it, ``dB = dpre.T @ xs`` in fp32 (fp64 for fp64):
+    formed by the kernel itself where ``_dgrad_db_wanted`` (kernels/lora.py), else by cuBLAS
+    first among the ``beside`` products.
+    ``beside``: functions (the rank products dB and dA, or dA alone) run on the current stream
+    while the kernel runs on a high-priority stream, from ``BESIDE_DGRAD_MIN_MACS``; after it
+    otherwise."""
     dx = dpre.new_empty((dpre.shape[0], weight.shape[1]))
     m, n = dx.shape
+    kernel = pingpong_eligible(dpre, weight, d_xa, lora_a, dx)
+    with_db = xs is not None and kernel and _dgrad_db_wanted(xs)
+    db_beside = []
+    if xs is not None and not with_db:
+        beside = (lambda: db_beside.append((dpre.t() @ xs).to(torch.promote_types(xs.dtype, torch.float32))),
+                  *beside)
 
     def run_beside():
         for run in beside:
             run()
 
-    if not pingpong_eligible(dpre, weight, d_xa, lora_a, dx):
+    if not kernel:
         torch.addmm(d_xa @ lora_a, dpre, weight, out=dx)
         run_beside()
-        return dx
+        return dx, (db_beside[0] if db_beside else None)
     config, programs = DGRAD_PINGPONG_CONFIG, num_sms(dpre)
+    tile_m = config["BLOCK_M"] * (2 if config.get("COOPERATIVE") else 1)
     fork = bool(beside) and m * n * weight.shape[0] >= BESIDE_DGRAD_MIN_MACS
     if fork:  # the fewest programs that take as many rounds of tiles: the SMs left take the products
-        tiles = cdiv(m, config["BLOCK_M"] * (2 if config.get("COOPERATIVE") else 1)) * cdiv(n, config["BLOCK_N"])
+        tiles = cdiv(m, tile_m) * cdiv(n, config["BLOCK_N"])
         programs = cdiv(tiles, cdiv(tiles, programs))
+    # allocated here, before any fork: the join orders the caller's stream after the kernel
+    db_part = dpre.new_empty((cdiv(m, tile_m), weight.shape[0], xs.shape[1]), dtype=torch.float32) if with_db else None
 
     def dgrad():
-        launch_pingpong(dgrad_pingpong_kernel, config, m, n, programs,
-                        {"a_desc": dpre, "tail_a_desc": d_xa}, {}, {"dx_desc": dx},
-                        {"w_kn_desc": weight, "tail_w_kn_desc": lora_a},
-                        M=m, N=n, K=weight.shape[0], R=lora_a.shape[0])
+        if with_db:
+            launch_pingpong(lora_dgrad_db_kernel, config, m, n, programs,
+                            {"a_desc": dpre, "tail_a_desc": d_xa}, {}, {"dx_desc": dx},
+                            {"w_kn_desc": weight, "tail_w_kn_desc": lora_a},
+                            other_descs={"xs_rank_desc": (xs, (tile_m, _rank_block(xs.shape[1])))},
+                            db_part_ptr=db_part, M=m, N=n, K=weight.shape[0], R=lora_a.shape[0])
+        else:
+            launch_pingpong(dgrad_pingpong_kernel, config, m, n, programs,
+                            {"a_desc": dpre, "tail_a_desc": d_xa}, {}, {"dx_desc": dx},
+                            {"w_kn_desc": weight, "tail_w_kn_desc": lora_a},
+                            M=m, N=n, K=weight.shape[0], R=lora_a.shape[0])
 
     if fork:
         fork_join(dpre.device, dgrad, run_beside)
     else:
         dgrad()
         run_beside()
-    return dx
+    if with_db:  # the row blocks' partials, summed in a fixed order
+        return dx, db_part.sum(0)
+    return dx, (db_beside[0] if db_beside else None)
 
 
 def _dx_on_merged_weight(m, weight, lora_a, lora_dx, traced) -> bool:
@@ -593,16 +639,19 @@ def _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, scale,
     # K steps (``tail``), dpre @ (W + s * B @ A) against the merged weight formed once, or
     # dpre @ W with the term added after its GEMM (``d_xa_rows``)
     lora_dx = needs_x and x_lora is None
-    m, out, r = x.shape[0], weight.shape[0], lora_a.shape[0]
+    m, r = x.shape[0], lora_a.shape[0]
     tail = lora_dx and not traced and _dgrad_tail_wanted(m, weight, lora_a)
     if merged is None and _dx_on_merged_weight(m, weight, lora_a, lora_dx, traced):
         merged = _merged_weight(weight, lora_b, lora_a, scale, traced)
     d_xa_rows = x.new_empty((m, r)) if lora_dx and not tail and merged is None else None
     chunk = {"beside": []}  # the current row chunk's d_xa, and its dB, dA, for the tail kernel
+    # dB from the tail kernel itself (``_dgrad_db_wanted``): fp32 over the chunks, rounded once
+    db_in_kernel = tail and needs_lb and _dgrad_db_wanted(xs)
+    db_sum = []
 
     def lora_terms(rows, dpre):  # dB, dA, dx_lora and (without the merged weight) dx's d_xa
         later = chunk["beside"].append if tail else (lambda run: run())
-        if needs_lb:
+        if needs_lb and not db_in_kernel:
             later(lambda: accumulate("b", dpre.t(), xs[rows]))
         if needs_a or needs_xl or d_xa_rows is not None or tail:
             d_xa = dpre.new_empty((dpre.shape[0], r)).addmm_(dpre, lora_b, beta=0, alpha=scale)
@@ -617,13 +666,19 @@ def _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, scale,
 
     def dgrad_with_tail(rows, dpre):  # run after lora_terms on the same rows
         beside, chunk["beside"] = chunk["beside"], []
-        return _dgrad_with_tail(dpre, weight, chunk.pop("d_xa"), lora_a, beside)
+        dx_rows, db = _dgrad_with_tail(dpre, weight, chunk.pop("d_xa"), lora_a, beside,
+                                       xs[rows] if db_in_kernel else None)
+        if db_in_kernel:
+            db_sum.append(db if not db_sum else db_sum.pop().add_(db))
+        return dx_rows
 
     dx, dw, db = backward_formula(grad_y, x, weight, bias, saved, act, mode, (needs_x, needs_w, needs_b), traced,
                                   recompute_pre=recompute_pre, extra_terms=lora_terms,
                                   dgrad=dgrad_with_tail if tail else merged)
     if d_xa_rows is not None:
         dx = dx.addmm_(d_xa_rows, lora_a)
+    if db_sum:
+        grads["b"] = db_sum[0].to(lora_b.dtype)
     return dx, dw, db, grads["a"], grads["b"], grads["x_lora"]
 
 
