@@ -59,6 +59,7 @@ from .pingpong import (
     _tma_store,
     accumulator_layout,
     free_stage,
+    load_tile_steps,
     pingpong_consumer,
     pingpong_loader,
     pingpong_mainloop,
@@ -641,12 +642,10 @@ def dgrad_db_loader(a_desc, w_kn_desc, tail_a_desc, tail_w_kn_desc, xs_rank_desc
                     xs_ready, xs_empty, M, N, K, R, GROUP_M: gl.constexpr, STAGES: gl.constexpr):
     """Loader partition of ``lora_dgrad_db_kernel``: per tile, first the row block's xs tile
     ``[TILE_M, R_PAD]`` into xs buffer ``i % 2`` (once both consumers released what it held
-    two tiles before), then the ring steps of ``pingpong_loader`` with ``W_KN`` and the tail."""
+    two tiles before), then its ring steps as ``pingpong_loader``'s with ``W_KN`` and the tail
+    (``load_tile_steps``)."""
     TILE_M: gl.constexpr = a_desc.block_type.shape[0]
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = w_kn_desc.block_type.shape[1]
-    stage_bytes: gl.constexpr = a_desc.block_type.nbytes + w_kn_desc.block_type.nbytes
-    k_tiles = gl.cdiv(K, BLOCK_K)
     count = 0
     for i in range(program_tiles(M, N, TILE_M, BLOCK_N)):
         row_start, col_start = tile_start(i, M, N, TILE_M, BLOCK_N, GROUP_M)
@@ -654,18 +653,8 @@ def dgrad_db_loader(a_desc, w_kn_desc, tail_a_desc, tail_w_kn_desc, xs_rank_desc
         mbarrier.wait(xs_empty.index(xs_index), ((i // 2) & 1) ^ 1)
         mbarrier.expect(xs_ready.index(xs_index), xs_rank_desc.block_type.nbytes)
         _tma_load(xs_rank_desc, [row_start, 0], xs_ready.index(xs_index), xs_bufs.index(xs_index))
-        for kk in range(k_tiles):
-            stage, bar = free_stage(ready, empty, count, STAGES)
-            mbarrier.expect(bar, stage_bytes)
-            _tma_load(a_desc, [row_start, kk * BLOCK_K], bar, a_bufs.index(stage))
-            _tma_load(w_kn_desc, [kk * BLOCK_K, col_start], bar, b_bufs.index(stage))
-            count += 1
-        for kk in range(gl.cdiv(R, BLOCK_K)):  # the tail: d_xa @ A, rows of A past R read as zeros
-            stage, bar = free_stage(ready, empty, count, STAGES)
-            mbarrier.expect(bar, stage_bytes)
-            _tma_load(tail_a_desc, [row_start, kk * BLOCK_K], bar, a_bufs.index(stage))
-            _tma_load(tail_w_kn_desc, [kk * BLOCK_K, col_start], bar, b_bufs.index(stage))
-            count += 1
+        count = load_tile_steps(a_desc, w_kn_desc, w_kn_desc, a_bufs, b_bufs, ready, empty, count, row_start, col_start,
+                                K, STAGES, False, True, tail_a_desc, tail_w_kn_desc, R)
 
 
 @gluon.jit

@@ -120,35 +120,46 @@ def pingpong_loader(x_desc, w_desc, w2_desc, a_bufs, b_bufs, ready, empty, M, N,
     W; a second product summed into the accumulator, e.g. LoRA's ``xs @ B.T``; tail_k = 0:
     none)."""
     BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
-    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[1] if W_KN else w_desc.block_type.shape[0]
-    stage_bytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes * (2 if PAIRED else 1)
-    k_tiles = gl.cdiv(K, BLOCK_K)
     count = 0
     for i in range(program_tiles(M, N, BLOCK_M, BLOCK_N)):
         row_start, col_start = tile_start(i, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        for kk in range(k_tiles):
+        count = load_tile_steps(x_desc, w_desc, w2_desc, a_bufs, b_bufs, ready, empty, count, row_start, col_start,
+                                K, STAGES, PAIRED, W_KN, tail_x_desc, tail_w_desc, tail_k)
+
+
+@gluon.jit
+def load_tile_steps(x_desc, w_desc, w2_desc, a_bufs, b_bufs, ready, empty, count, row_start, col_start, K,
+                    STAGES: gl.constexpr, PAIRED: gl.constexpr, W_KN: gl.constexpr,
+                    tail_x_desc, tail_w_desc, tail_k):
+    """One tile's ring steps for ``pingpong_loader`` (its docstring), from the loader's running
+    step ``count``; returns the count after them."""
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[1] if W_KN else w_desc.block_type.shape[0]
+    stage_bytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes * (2 if PAIRED else 1)
+    for kk in range(gl.cdiv(K, BLOCK_K)):
+        stage, bar = free_stage(ready, empty, count, STAGES)
+        mbarrier.expect(bar, stage_bytes)
+        _tma_load(x_desc, [row_start, kk * BLOCK_K], bar, a_bufs.index(stage))
+        if PAIRED:
+            _tma_load(w_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage).slice(0, BLOCK_N))
+            _tma_load(w2_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage).slice(BLOCK_N, BLOCK_N))
+        elif W_KN:
+            _tma_load(w_desc, [kk * BLOCK_K, col_start], bar, b_bufs.index(stage))
+        else:
+            _tma_load(w_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage))
+        count += 1
+    if not PAIRED:  # the tail's K past tail_k reads zeros
+        for kk in range(gl.cdiv(tail_k, BLOCK_K)):
             stage, bar = free_stage(ready, empty, count, STAGES)
             mbarrier.expect(bar, stage_bytes)
-            _tma_load(x_desc, [row_start, kk * BLOCK_K], bar, a_bufs.index(stage))
-            if PAIRED:
-                _tma_load(w_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage).slice(0, BLOCK_N))
-                _tma_load(w2_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage).slice(BLOCK_N, BLOCK_N))
-            elif W_KN:
-                _tma_load(w_desc, [kk * BLOCK_K, col_start], bar, b_bufs.index(stage))
+            _tma_load(tail_x_desc, [row_start, kk * BLOCK_K], bar, a_bufs.index(stage))
+            if W_KN:
+                _tma_load(tail_w_desc, [kk * BLOCK_K, col_start], bar, b_bufs.index(stage))
             else:
-                _tma_load(w_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage))
+                _tma_load(tail_w_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage))
             count += 1
-        if not PAIRED:  # the tail's K past tail_k reads zeros
-            for kk in range(gl.cdiv(tail_k, BLOCK_K)):
-                stage, bar = free_stage(ready, empty, count, STAGES)
-                mbarrier.expect(bar, stage_bytes)
-                _tma_load(tail_x_desc, [row_start, kk * BLOCK_K], bar, a_bufs.index(stage))
-                if W_KN:
-                    _tma_load(tail_w_desc, [kk * BLOCK_K, col_start], bar, b_bufs.index(stage))
-                else:
-                    _tma_load(tail_w_desc, [col_start, kk * BLOCK_K], bar, b_bufs.index(stage))
-                count += 1
+    return count
 
 
 @gluon.jit
