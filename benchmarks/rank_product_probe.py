@@ -24,6 +24,9 @@ SCALE = 2.0
 def tall_skinny_kernel(a_desc, b_desc, out_ptr, M, K, R, scale, stride_om,
                        BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, R_PAD: tl.constexpr,
                        STAGES: tl.constexpr):
+    """``out [M, R] = scale * a [M, K] @ b [K, R]``, one program per BLOCK_M rows walking all of
+    K (the tiles by TMA, Triton's pipeline STAGES deep); b's ``[BLOCK_K, R_PAD]`` tiles read
+    zeros past R. The product is tiny beside the read of a: the kernel is a stream of a."""
     pid = tl.program_id(0)
     row = pid * BLOCK_M
     acc = tl.zeros((BLOCK_M, R_PAD), dtype=tl.float32)
