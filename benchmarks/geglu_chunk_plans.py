@@ -27,6 +27,7 @@ import fusedmlp.ops._common as common
 from fusedmlp._cuda_graph import capture_cuda_graph
 from fusedmlp.bench.harness import interleaved_us_row, peak_mib_above_current, write_record
 from fusedmlp.bench.suites import glu as glu_suite
+from fusedmlp.kernels.configs import GLU_BWD_BLOCK_M
 
 
 def replay(fn):
@@ -34,10 +35,10 @@ def replay(fn):
 
 
 def row_ranges(m, chunks):
-    """The backward's row ranges for ``chunks`` chunks: whole 128-row blocks (GLU_BWD_BLOCK_M)."""
-    rows = (m + chunks - 1) // chunks
-    rows = (rows + 127) // 128 * 128
-    return [(start, min(start + rows, m)) for start in range(0, m, rows)]
+    """The backward's row ranges (``backward_row_chunks``, whole GLU_BWD_BLOCK_M blocks) for ``chunks`` chunks."""
+    if chunks == 1:
+        return [(0, m)]
+    return common.backward_row_chunks(m, GLU_BWD_BLOCK_M, common.BWD_CHUNK_BYTES, common.cdiv(m, chunks))
 
 
 def product_calls(d, n, plans):
