@@ -30,8 +30,6 @@ from triton.experimental.gluon.language.nvidia.hopper import tma
 from fusedmlp._cuda_graph import capture_cuda_graph
 from fusedmlp.bench.harness import interleaved_us_row, write_record
 from fusedmlp.kernels.activations import activation
-from fusedmlp.ops.glu import GLU_FORWARD_PINGPONG_FORMS
-from fusedmlp.ops.linear_act import LINEAR_FORWARD_PINGPONG_FORMS
 from fusedmlp.kernels.glu import glu_fwd_pingpong_kernel
 from fusedmlp.kernels.linear_act import linear_act_fwd_pingpong_kernel
 from fusedmlp.kernels.pingpong import (
@@ -46,6 +44,8 @@ from fusedmlp.kernels.pingpong import (
     tma_store_tile,
 )
 from fusedmlp.ops._common import launch_pingpong, num_sms
+from fusedmlp.ops.glu import GLU_FORWARD_PINGPONG_FORMS
+from fusedmlp.ops.linear_act import LINEAR_FORWARD_PINGPONG_FORMS
 
 
 @gluon.jit
