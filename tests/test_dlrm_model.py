@@ -175,6 +175,21 @@ def test_backward_thread_choice_trains_the_same(tmp_path):
     _assert_same_run(*paths, tolerance=0.0)
 
 
+def test_profile_writes_one_chrome_trace(tmp_path, capsys):
+    """--profile DIR: steps 5-9 traced into one Chrome trace in DIR, named for TensorBoard's
+    plugin, its path in the result; a run that ends before step 5 says it wrote none."""
+    result = train(_args(tmp_path, "--batch-size", "256", "--steps", "12", "--profile", str(tmp_path / "prof")))
+    traces = list((tmp_path / "prof").glob("*.pt.trace.json"))
+    assert [str(p) for p in traces] == [result["profile_trace"]]
+    events = json.loads(traces[0].read_text())["traceEvents"]
+    steps = {e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#")}
+    assert steps == {f"ProfilerStep#{i}" for i in range(4, 9)}, steps
+    assert "Chrome trace" in capsys.readouterr().err
+    short = train(_args(tmp_path, "--batch-size", "256", "--steps", "3", "--profile", str(tmp_path / "short")))
+    assert short["profile_trace"] is None and not list((tmp_path / "short").iterdir())
+    assert "no trace written" in capsys.readouterr().err
+
+
 def test_cuda_graph_choice():
     """--cuda-graph: auto (default) captures the fused step on a GPU only; the bare flag means on;
     on without a GPU is refused before any work."""

@@ -271,15 +271,25 @@ def load_checkpoint(path) -> dict:
     return state
 
 
-def _profiler(directory):
+def _profiler(directory, written: list):
+    """A profiler over steps 5-9 that writes one Chrome trace into ``directory``, named as
+    TensorBoard's profiler plugin looks for it (``*.pt.trace.json``); its path goes to ``written``."""
     if directory is None:
         return None
-    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+    import socket
+
+    from torch.profiler import ProfilerActivity, profile, schedule
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     Path(directory).mkdir(parents=True, exist_ok=True)
+
+    def save(prof):
+        path = Path(directory) / f"{socket.gethostname()}_{os.getpid()}.{time.time_ns()}.pt.trace.json"
+        prof.export_chrome_trace(str(path))
+        written.append(path)
+
     return profile(activities=activities, schedule=schedule(wait=2, warmup=2, active=5, repeat=1),
-                   on_trace_ready=tensorboard_trace_handler(str(directory)), record_shapes=True)
+                   on_trace_ready=save, record_shapes=True)
 
 
 def train(args) -> dict:
@@ -331,7 +341,8 @@ def train(args) -> dict:
         if rows >= global_batch and progress["step"] < total_steps:
             graphed = GraphedTrainStep(model, forward, optimizer, train_t, global_batch, parallel=parallel,
                                        backward_thread=args.backward_thread)
-    profiler = _profiler(args.profile) if main else None
+    traces = []
+    profiler = _profiler(args.profile, traces) if main else None
     if profiler is not None:
         profiler.start()
     bar = tqdm(total=total_steps, initial=progress["step"], desc=f"dlrm {impl}", unit="step",
@@ -374,10 +385,9 @@ def train(args) -> dict:
             parallel.barrier()
     bar.close()
     if profiler is not None:
-        profiler.stop()
-        trace = Path(args.profile) / "trace.json"
-        profiler.export_chrome_trace(str(trace))
-        print(f"profile: Chrome trace {trace}; TensorBoard logs in {args.profile}")
+        profiler.stop()  # writes the trace here if the run ended inside the profiled steps
+        print(f"profile: Chrome trace {traces[-1]} (TensorBoard's profiler plugin reads {args.profile})" if traces
+              else "profile: no trace written (the run ended before the profiled steps 5-9)", file=sys.stderr)
     elapsed = time.perf_counter() - started
     final_loss = parallel.total(loss).item() if seen else None
     result = {
@@ -387,7 +397,7 @@ def train(args) -> dict:
         "global_batch_size": global_batch, "train_rows": rows, "val_rows": len(data.val),
         "samples_per_s": seen / elapsed if elapsed > 0 else float("nan"),
         "final_loss": final_loss, "validation": history[-1] if history else None,
-        "history": history, "data": data.source,
+        "history": history, "data": data.source, "profile_trace": str(traces[-1]) if traces else None,
     }
     if args.metrics_out and main:
         Path(args.metrics_out).parent.mkdir(parents=True, exist_ok=True)
@@ -453,7 +463,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", default=None, help="continue exactly from this checkpoint")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", default=None, metavar="DIR",
-                        help="PyTorch profiler: Chrome trace (DIR/trace.json) and TensorBoard logs of steps 5-9")
+                        help="PyTorch profiler over steps 5-9: a Chrome trace DIR/HOST_PID.TIME.pt.trace.json, "
+                             "which TensorBoard's profiler plugin also reads")
     parser.add_argument("--device", default="auto", help="cuda, cpu or auto (default)")
     parser.add_argument("--val-fraction", type=float, default=0.1,
                         help="share of a TSV's rows (the last ones) used for validation")
