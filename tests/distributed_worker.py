@@ -21,6 +21,7 @@ from helpers import rel_err  # noqa: E402
 
 import fusedmlp  # noqa: E402
 from fusedmlp._distributed import exit_rank  # noqa: E402
+from fusedmlp.nn.patch import PatchedGEGLU  # noqa: E402
 
 CASES = ("ddp", "fsdp", "fsdp_checkpoint", "fsdp_mixed", "tp")
 
@@ -33,6 +34,8 @@ def modules(device, dtype):
     torch.nn.init.normal_(lora.lora_B["default"].weight)  # zero-initialised: give dA something to carry
     return [
         ("GEGLU", fusedmlp.GEGLU(24, 16, **factory), (24,)),
+        # patch's stand-in for a diffusers-style block: the packed weight in its proj Linear
+        ("PatchedGEGLU", PatchedGEGLU(torch.nn.Linear(24, 32, **factory), activation="gelu_tanh"), (24,)),
         ("SwiGLU", fusedmlp.SwiGLU(24, 32, **factory), (3, 24)),  # 3-D input: (batch, L, d)
         ("FusedLinear", fusedmlp.FusedLinear(24, 32, activation="gelu_tanh", **factory), (24,)),
         ("LoRALinear", lora, (24,)),
@@ -108,7 +111,7 @@ def run(case: str, device: str) -> list[str]:
         y_ref, dx_ref, grads_ref = reference(ref, x_ref, g_all * scale)
 
         if case == "tp":
-            if name not in ("GEGLU", "SwiGLU"):
+            if name not in ("GEGLU", "PatchedGEGLU", "SwiGLU"):
                 continue
             if fusedmlp.tensor_parallel(module, mesh) != [name]:
                 raise AssertionError(f"{name}: tensor_parallel did not shard it")

@@ -24,7 +24,7 @@ from helpers import fp32_matmul_precision, rel_err
 from fusedmlp.dlrm.train import add_train_arguments, train
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
-MODULE_LINES = {"ddp": 5, "fsdp": 5, "fsdp_checkpoint": 5, "fsdp_mixed": 5, "tp": 2}
+MODULE_LINES = {"ddp": 6, "fsdp": 6, "fsdp_checkpoint": 6, "fsdp_mixed": 6, "tp": 3}
 # a small DLRM, so that the interpreter trains it in seconds
 SMALL = {"bottom_mlp": [32, 16], "top_mlp": [32, 1]}
 

@@ -87,6 +87,7 @@ from .linear_act import FusedLinear
 from .lora import LoRALinear
 from .mlp import FusedMLP, SquaredReLU
 from .swiglu import SwiGLU
+from .tensor_parallel import tensor_parallel_forward
 
 # Plain (non-parameter) attribute of the module given to ``patch``: the swaps ``unpatch`` undoes.
 _SWAPS_ATTR = "_fusedmlp_swaps"
@@ -135,7 +136,11 @@ class PatchedGEGLU(nn.Module):
         self.activation = activation
         self.recompute = recompute
 
+    tp_mesh = None  # the device mesh once ``tensor_parallel`` has sharded this block
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.tp_mesh is not None:
+            return tensor_parallel_forward(self, x)
         return geglu(x, self.proj.weight, self.proj.bias, recompute=self.recompute, activation=self.activation)
 
     def extra_repr(self) -> str:

@@ -1,7 +1,8 @@
 """Tensor parallelism for the gated feed-forward layers (``SwiGLU``, ``GEGLU``) with DTensor.
 
 ``tensor_parallel(model, mesh)`` shards, over a 1-D device mesh of ``n`` ranks, every
-``SwiGLU`` and ``GEGLU`` in ``model`` the Megatron way: the hidden units are split into ``n``
+``SwiGLU`` and ``GEGLU`` in ``model`` (and every ``PatchedGEGLU``, the GEGLU that ``patch`` puts
+in place of a diffusers-style block: its ``proj`` Linear holds the packed weight) the Megatron way: the hidden units are split into ``n``
 slices, each rank computes its slice with the fused kernel and no activation crosses ranks
 inside the layer.
 
@@ -90,8 +91,15 @@ def tensor_parallel_forward(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
         y = swiglu(x, _local(module.gate_proj.weight), _local(module.up_proj.weight), _local(module.down_proj.weight),
                    recompute=module.recompute)
         return _SumOverRanks.apply(y, group)
-    y = geglu(x, _local(module.weight), _local(module.bias), recompute=module.recompute, activation=module.activation)
+    linear = _packed_linear(module)
+    y = geglu(x, _local(linear.weight), _local(linear.bias), recompute=module.recompute, activation=module.activation)
     return _GatherLastDim.apply(y, group)
+
+
+def _packed_linear(module: nn.Module) -> nn.Module:
+    """The module holding a GEGLU's packed ``weight`` and ``bias``: a ``GEGLU`` itself, a
+    ``PatchedGEGLU`` its ``proj`` Linear."""
+    return getattr(module, "proj", module)
 
 
 def _strided_shard():
@@ -110,7 +118,7 @@ def _distribute(param: nn.Parameter, mesh, placement) -> nn.Parameter:
 
 
 def tensor_parallel(model: nn.Module, mesh) -> list[str]:
-    """Shard every ``SwiGLU`` and ``GEGLU`` of ``model`` (in place) over the 1-D DeviceMesh
+    """Shard every ``SwiGLU``, ``GEGLU`` and ``PatchedGEGLU`` of ``model`` (in place) over the 1-D DeviceMesh
     ``mesh``; returns the names of the sharded modules.
 
     Every rank must call it with the same (replicated) weights, and the hidden width (SwiGLU)
@@ -120,6 +128,7 @@ def tensor_parallel(model: nn.Module, mesh) -> list[str]:
     from torch.distributed.tensor import Shard
 
     from .glu import GEGLU
+    from .patch import PatchedGEGLU
     from .swiglu import SwiGLU
 
     if mesh.ndim != 1:
@@ -137,13 +146,14 @@ def tensor_parallel(model: nn.Module, mesh) -> list[str]:
             module.gate_proj.weight = _distribute(module.gate_proj.weight, mesh, Shard(0))
             module.up_proj.weight = _distribute(module.up_proj.weight, mesh, Shard(0))
             module.down_proj.weight = _distribute(module.down_proj.weight, mesh, Shard(1))
-        elif isinstance(module, GEGLU):
-            if module.out_features % ranks:
-                raise ValueError(f"{name}: out_features {module.out_features} does not divide by the mesh size "
-                                 f"{ranks}")
-            module.weight = _distribute(module.weight, mesh, _strided_shard())
-            if module.bias is not None:
-                module.bias = _distribute(module.bias, mesh, _strided_shard())
+        elif isinstance(module, (GEGLU, PatchedGEGLU)):
+            linear = _packed_linear(module)
+            out = linear.weight.shape[0] // 2
+            if out % ranks:
+                raise ValueError(f"{name}: out_features {out} does not divide by the mesh size {ranks}")
+            linear.weight = _distribute(linear.weight, mesh, _strided_shard())
+            if linear.bias is not None:
+                linear.bias = _distribute(linear.bias, mesh, _strided_shard())
         else:
             continue
         module.tp_mesh = mesh
