@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs fusedmlp and what it needs into the current Python (idempotent).
-# PyTorch is installed only when missing: `torch==2.13.0` (a GPU build on a GPU machine from
-# PyPI; the local CPU wheel where one is provided). An existing torch 2.11-2.15 is kept.
+# PyTorch is installed only when missing, as `pip install torch==2.13.0` (whatever wheel pip's
+# configuration resolves that to: a local CPU wheel on the CPU machines here). An installed
+# torch is kept; the package then asks pip for torch>=2.11,<2.16 (pyproject.toml).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

@@ -1,5 +1,5 @@
-"""The ``fusedmlp`` command: ``fusedmlp info``, ``fusedmlp bench SUITE``, ``fusedmlp bench-plot FILE``,
-``fusedmlp dlrm {train,eval,preprocess,synth}``."""
+"""The ``fusedmlp`` command: ``fusedmlp info``, ``fusedmlp tuning-cache [--clear]``, ``fusedmlp bench SUITE``,
+``fusedmlp bench-plot FILE``, ``fusedmlp dlrm {train,eval,preprocess,synth}``."""
 
 from __future__ import annotations
 
@@ -307,7 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
         "tuning-cache",
         help="where the tuning choices kept between processes are, how many; --clear deletes them",
         description="Kernel configs and forward forms chosen by timing on a GPU are filed per GPU model and "
-        "software version (default ~/.cache/fusedmlp; FUSEDMLP_TUNING_CACHE=DIR moves it, =0 turns it off); "
+        "software version (default ~/.cache/fusedmlp, or $XDG_CACHE_HOME/fusedmlp where that is set; "
+        "FUSEDMLP_TUNING_CACHE=DIR moves it, =0 turns it off); "
         "a later process launches them untimed. This lists the files and, with --clear, deletes them.")
     tuning.add_argument("--clear", action="store_true", help="delete the tuning files (the next process times again)")
     tuning.set_defaults(func=cmd_tuning_cache)

@@ -1,6 +1,6 @@
 """Gated linear units: the shared GLU launch machinery, and the GEGLU projection op.
 
-    fusedmlp.geglu(x, weight, bias=None, *, recompute=True)
+    fusedmlp.geglu(x, weight, bias=None, *, recompute=True, activation="gelu_tanh")
         h = x @ weight.T + bias;  y = h[..., :out] * gelu_tanh(h[..., out:])
 
 ``weight`` is the packed ``[2*out, in]`` weight of one ``nn.Linear(in, 2*out)``; its two row
