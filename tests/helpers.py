@@ -29,6 +29,13 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return (out - ref).norm().item() / (denom if denom > 0 else 1.0)
 
 
+def every_other(t: torch.Tensor) -> torch.Tensor:
+    """A view of ``t``'s values with stride 2 along its first dimension (a strided bias)."""
+    buffer = t.new_zeros((2 * t.shape[0], *t.shape[1:]))
+    buffer[::2] = t
+    return buffer[::2]
+
+
 def eager_bound(dtype, eager, ref) -> float:
     """The error bound of an op whose 16-bit intermediates are rounded as eager PyTorch rounds
     them (a stack's hidden layers, LoRA's rank product): the dtype's tolerance, or in 16 bits

@@ -2,13 +2,13 @@
 
 import pytest
 import torch
-from helpers import assert_close
+from helpers import assert_close, every_other
 
 import fusedmlp
 from fusedmlp.ops.add_mul_act import add_mul_act_reference
 
 
-def run_check(shape, dtype, activation, bias, backend, device, multiplier=0.625, transpose=False):
+def run_check(shape, dtype, activation, bias, backend, device, multiplier=0.625, transpose=False, bias_step=False):
     n = shape[-1]
     out64 = torch.randn(*shape, dtype=torch.float64, device=device)
     lora64 = torch.randn(*shape, dtype=torch.float64, device=device)
@@ -17,6 +17,8 @@ def run_check(shape, dtype, activation, bias, backend, device, multiplier=0.625,
     bias64 = torch.randn(n, dtype=torch.float64, device=device) if bias else None
     g64 = torch.randn(*shape, dtype=torch.float64, device=device)
     leaves = [None if t is None else t.to(dtype).requires_grad_() for t in (out64, bias64, lora64)]
+    if bias_step:  # a bias with stride 2 (the kernels read it with unit stride: it is copied)
+        leaves[1] = every_other(leaves[1].detach()).requires_grad_()
     leaves64 = [None if t is None else t.detach().double().requires_grad_() for t in leaves]
     y = fusedmlp.fused_add_mul_activation(leaves[0], leaves[1], leaves[2], multiplier, activation, backend=backend)
     ref = add_mul_act_reference(*leaves64[:2], leaves64[2], multiplier, activation)
@@ -35,7 +37,8 @@ def test_triton(device, activation, dtype):
     run_check((37, 45), dtype, activation, True, "triton", device)
 
 
-@pytest.mark.parametrize("shape", [(1, 8), (3, 7, 33), (0, 16)], ids=["N=1", "3d", "empty"])
+@pytest.mark.parametrize("shape", [(1, 8), (3, 7, 33), (0, 16), (5, 0), (2, 0, 3)], ids=["N=1", "3d", "empty", "no-cols",
+                                                                                     "empty-3d"])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
 def test_triton_shapes(device, shape, bias):
     run_check(shape, torch.float32, "sigmoid", bias, "triton", device)
@@ -43,6 +46,23 @@ def test_triton_shapes(device, shape, bias):
 
 def test_triton_strided(device):
     run_check((40, 24), torch.float32, "relu", True, "triton", device, transpose=True)
+    run_check((40, 24), torch.float32, "gelu", True, "triton", device, bias_step=True)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # PyTorch's forward-AD setup scripts functions
+def test_forward_mode_ad_is_refused(device):
+    """No forward-mode derivative: a tangent on any input is refused, not dropped."""
+    import torch.autograd.forward_ad as forward_ad
+
+    out, lora = torch.randn(4, 8, device=device), torch.randn(4, 8, device=device)
+    with forward_ad.dual_level():
+        dual = forward_ad.make_dual(out, torch.randn_like(out))
+        with pytest.raises(NotImplementedError, match="jvp"):
+            fusedmlp.fused_add_mul_activation(dual, None, lora, 0.5, "gelu")
+        plain = fusedmlp.fused_add_mul_activation(out, None, lora, 0.5, "gelu")  # no tangent: runs
+    assert_close(plain, add_mul_act_reference(out.double(), None, lora.double(), 0.5, "gelu"), torch.float32, "plain")
+    with pytest.raises(NotImplementedError, match="jvp"):
+        torch.func.jvp(lambda o: fusedmlp.fused_add_mul_activation(o, None, lora, 0.5), (out,), (torch.ones_like(out),))
 
 
 @pytest.mark.gpu

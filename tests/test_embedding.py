@@ -85,6 +85,14 @@ def test_indices_outside_their_table():
     out.backward(torch.ones_like(out))
     changed = (weight.detach() != start).any(1).nonzero().flatten().tolist()
     assert changed == [1, 4, 6, 9]  # the valid lookups' rows only
+    # offsets past weight's rows, unchecked: those lookups read zeros and update nothing
+    wrong = torch.tensor([0, 4, 12], device=DEVICE)  # table 1 claims rows 4-11 of 10
+    start = weight.detach().clone()
+    out = embedding_lookup(weight, wrong, torch.tensor([[1, 5], [2, 7]], device=DEVICE),
+                           optimizer=SparseOptimizer("sgd", 1.0), check_bounds=False)
+    assert torch.equal(out[0, 1], start[9]) and torch.equal(out[1, 1], torch.zeros(8, device=DEVICE))
+    out.backward(torch.ones_like(out))
+    assert (weight.detach() != start).any(1).nonzero().flatten().tolist() == [1, 2, 9]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -204,6 +212,9 @@ def test_bad_inputs_are_named():
         embedding_lookup(weight, offsets[:2], indices)
     with pytest.raises(ValueError, match="indices must be"):
         embedding_lookup(weight, offsets, indices[:, 0])
+    for wrong in ([0, 5, 13], [0, 8, 5], [-1, 5, 12]):  # past weight's 12 rows, falling, negative
+        with pytest.raises(ValueError, match="table_offsets must rise"):
+            embedding_lookup(weight, torch.tensor(wrong, device=DEVICE), indices)
     with pytest.raises(ValueError, match="kind"):
         embedding_lookup(weight, offsets, indices, optimizer=SparseOptimizer("adam", 0.1))
     with pytest.raises(ValueError, match="state"):

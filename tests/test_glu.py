@@ -78,6 +78,7 @@ STRIDED_LAYOUTS = {
     "w_transposed": ("w", lambda n, k, o: (k, 2 * o), lambda t: t.t()),
     "x_3d_permuted": ("x", lambda n, k, o: (5, n // 5, k), lambda t: t.permute(1, 0, 2)),
     "g_transposed": ("g", lambda n, k, o: (o, n), lambda t: t.t()),
+    "b_step": ("b", lambda n, k, o: (4 * o,), lambda t: t[::2]),  # the kernels read b with unit stride: copied
 }
 
 
@@ -98,12 +99,15 @@ def test_strided_inputs(device, recompute, layout):
         g64 = torch.randn(*x64.shape[:-1], out, dtype=torch.float64, device=device)
     elif which == "w":
         w64 = strided64
+    elif which == "b":
+        b64 = strided64
     else:
         g64 = strided64
     x = strided if which == "x" else x64.to(dtype)
     w = strided if which == "w" else w64.to(dtype)
+    b = strided if which == "b" else b64.to(dtype)
     g = strided if which == "g" else g64.to(dtype)
-    check_against_reference(x, w, b64.to(dtype), g, recompute, layout)
+    check_against_reference(x, w, b, g, recompute, layout)
 
 
 class _OpRecorder(TorchDispatchMode):

@@ -5,7 +5,7 @@ import torch
 import triton
 from helpers import (
     TOLERANCE, assert_close, backward_peak_bytes, check_against_float64, check_backward_twice, check_inference_forward,
-    check_replayed_step, compile_pingpong_for_hopper, first_store_backward_errors, forcing_tma_config,
+    check_replayed_step, compile_pingpong_for_hopper, every_other, first_store_backward_errors, forcing_tma_config,
     fp32_matmul_precision, rel_err,
     recording_launches, recording_pingpong_launches,
 )
@@ -74,14 +74,15 @@ def test_partial_gradients(device, grads, activation):
 
 
 def test_strided_inputs(device):
-    """Transposed views of x and W, and a non-contiguous g, straight into the kernels."""
+    """Transposed views of x and W, and a non-contiguous g, straight into the kernels; a bias
+    with stride 2 (the kernels read a bias with unit stride: it is copied)."""
     x = torch.randn(40, 57, dtype=torch.float64, device=device).t().requires_grad_()  # [57, 40], strides (1, 57)
     w = (torch.randn(40, 30, dtype=torch.float64, device=device) / 40**0.5).t().requires_grad_()  # [30, 40]
     b = torch.randn(30, dtype=torch.float64, device=device, requires_grad=True)
     g = torch.randn(30, 57, dtype=torch.float64, device=device).t()
     for activation in ("gelu_tanh", "squared_relu"):
         run_check([x, w, b], g, torch.float32, activation, False, "strided",
-                  transform=lambda ts: [ts[0], ts[1], ts[2]])
+                  transform=lambda ts: [ts[0], ts[1], every_other(ts[2])])
 
 
 def test_strided_views_reach_the_kernel_uncopied(device, monkeypatch):
@@ -508,6 +509,7 @@ def test_db_is_bitwise_deterministic(device):
         ("int", TypeError, "x must be float16"),
         ("weight_rank", ValueError, "weight must be 2-D"),
         ("save_preact", TypeError, "save_preact must be a bool"),
+        ("no_features", ValueError, "weight has no input features"),
     ],
 )
 def test_bad_inputs(device, case, exc, match):
@@ -527,6 +529,8 @@ def test_bad_inputs(device, case, exc, match):
         x = x.to(torch.int32)
     elif case == "weight_rank":
         w = w[None]
+    elif case == "no_features":
+        x, w = x[:, :0], w[:, :0]
     elif case == "save_preact":
         kwargs["save_preact"] = "yes"
     with pytest.raises(exc, match=match):
@@ -577,3 +581,14 @@ def test_bf16_at_scale(activation, save_preact, tokens, d_in, d_out):
     """bf16 at FFN widths (the tensor-descriptor kernels on Hopper), against float64 on the GPU."""
     tensors, g = make_inputs((tokens,), d_in, d_out, "cuda")
     run_check(tensors, g, torch.bfloat16, activation, save_preact, "at scale")
+
+
+@pytest.mark.parametrize("activation", ["gelu", "identity"])
+def test_second_derivative_is_refused(device, activation):
+    """The backward builds no graph: differentiating it again raises (a gradient penalty would
+    otherwise get part of its second derivative without a word)."""
+    (x, w, b), _ = make_inputs((5,), 24, 20, device)
+    y = fusedmlp.linear_act(x.float(), w.float(), b.float(), activation)
+    (gw,) = torch.autograd.grad(y.square().sum(), w, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        gw.square().sum().backward()

@@ -65,7 +65,8 @@ def embedding_gather_kernel(
     table_start = tl.load(table_offsets_ptr + t, mask=valid, other=0)
     table_end = tl.load(table_offsets_ptr + t + 1, mask=valid, other=0)
     key = table_start + index
-    in_table = valid & (index >= 0) & (key < table_end)
+    # within its table, and within weight even where table_offsets are wrong (unchecked)
+    in_table = valid & (index >= 0) & (key < table_end) & (key >= 0) & (key < R)
     key = tl.where(in_table, key, R)
     col = tl.arange(0, D_PAD)[None, :]
     rows = tl.load(weight_ptr + key[:, None] * stride_w + col, mask=in_table[:, None] & (col < D), other=0.0)

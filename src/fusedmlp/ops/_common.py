@@ -606,6 +606,8 @@ def check_linear_inputs(x, weight, bias=None, *, x_name="x", weight_name="weight
         check_tensor(bias, bias_name, ndim=1)
     check_same_dtype_device(x_name, x, **{weight_name: weight, bias_name: bias})
     out_features, in_features = weight.shape
+    if in_features == 0:
+        raise ValueError(f"{weight_name} has no input features (shape {tuple(weight.shape)})")
     if x.shape[-1] != in_features:
         raise ValueError(
             f"{x_name} has {x.shape[-1]} features in its last dimension but {weight_name} expects "
@@ -613,3 +615,9 @@ def check_linear_inputs(x, weight, bias=None, *, x_name="x", weight_name="weight
         )
     if bias is not None and bias.shape[0] != out_features:
         raise ValueError(f"{bias_name} must have {out_features} elements (rows of {weight_name}), got {bias.shape[0]}")
+
+
+def contiguous_bias(bias: torch.Tensor | None) -> torch.Tensor | None:
+    """The kernels read a bias with unit stride: a strided view (a slice ``b[::2]``, an
+    expanded scalar) is copied once, a small differentiable copy."""
+    return bias if bias is None or bias.is_contiguous() else bias.contiguous()

@@ -160,8 +160,9 @@ def _gather(weight, table_offsets, indices, want_keys: bool):
     if lookups == 0:
         return out, keys
     if not use_triton(weight):  # CPU without the interpreter: the same in PyTorch
-        outside = _out_of_table(table_offsets, indices)
-        flat = torch.where(outside, rows, indices.long() + table_offsets[:-1].long())
+        flat = indices.long() + table_offsets[:-1].long()
+        outside = _out_of_table(table_offsets, indices) | (flat < 0) | (flat >= rows)
+        flat = torch.where(outside, rows, flat)
         out.copy_(weight[flat.clamp(max=rows - 1)].masked_fill(outside.unsqueeze(-1), 0))
         keys.copy_(flat.flatten()[:keys.numel()])
         return out, keys
@@ -454,9 +455,15 @@ def _check(weight, table_offsets, indices, optimizer, check_bounds: bool):
         if not isinstance(optimizer, SparseOptimizer):
             raise TypeError(f"optimizer must be a SparseOptimizer or None, got {type(optimizer).__name__}")
         optimizer.check(weight)
-    if check_bounds and indices.numel():  # (one host sync)
+    if check_bounds and indices.numel():  # (one host sync for both checks)
         bad = _out_of_table(table_offsets, indices)
-        if bool(bad.any()):
+        offsets_wrong = ((table_offsets[0] < 0) | (table_offsets[-1] != weight.shape[0])
+                         | (table_offsets[1:] < table_offsets[:-1]).any())
+        offsets_wrong, outside = torch.stack([offsets_wrong, bad.any()]).tolist()
+        if offsets_wrong:
+            raise ValueError(f"table_offsets must rise from >= 0 to the rows of weight ({weight.shape[0]}), got "
+                             f"{table_offsets.tolist()}")
+        if outside:
             row, table = (int(v) for v in bad.nonzero()[0])
             rows = int(table_offsets[table + 1] - table_offsets[table])
             raise IndexError(f"indices[{row}, {table}] = {int(indices[row, table])} is outside table {table} "
@@ -475,7 +482,8 @@ def embedding_lookup(weight: torch.Tensor, table_offsets: torch.Tensor, indices:
             ``weight.requires_grad``), the backward updates the touched rows of ``weight`` in
             place with it and ``weight`` gets no ``.grad``. None: a gather without a gradient
             for the tables.
-        check_bounds: raise IndexError for an index outside its table (costs one host sync).
+        check_bounds: raise IndexError for an index outside its table, and ValueError for
+            ``table_offsets`` that do not rise from >= 0 to R (costs one host sync).
             Off, such a lookup reads zeros and its gradient is dropped; memory outside the
             table is never touched.
 

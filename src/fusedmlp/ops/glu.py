@@ -48,6 +48,7 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from ..kernels.configs import (
     GLU_BWD_BLOCK_M,
@@ -81,7 +82,6 @@ from ..kernels.glu import (
 )
 from . import _common
 from ._common import (
-    FastestForm,
     acc_dtypes,
     autocast_dtype,
     autotune_m_key,
@@ -90,7 +90,9 @@ from ._common import (
     cdiv,
     check_bool,
     check_linear_inputs,
+    contiguous_bias,
     dot_meta,
+    FastestForm,
     gemms_on_cublas,
     grad_needed,
     launch_pingpong,
@@ -519,6 +521,7 @@ class _GEGLUFunction(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable  # the kernels' backward builds no graph: a second derivative is refused
     def backward(ctx, grad_y):
         x, weight, bias, h = ctx.saved_tensors
         in_place = reuse_saved_once(ctx, "fusedmlp.geglu", h is not None)
@@ -603,6 +606,7 @@ def geglu(
     _validate(x, weight, bias)
     act = check_activation(activation)
     check_bool(recompute, "recompute")
+    bias = contiguous_bias(bias)
     in_features = weight.shape[1]
     out = weight.shape[0] // 2
     x2d = x.reshape(-1, in_features)  # a view whenever the leading dims allow it

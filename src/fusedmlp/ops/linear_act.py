@@ -41,6 +41,7 @@ import os
 from typing import Optional
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from ..kernels.configs import (
     LINEAR_CONFIGS,
@@ -69,7 +70,6 @@ from ..kernels.linear_act import (
     linear_act_fwd_tma_kernel,
 )
 from ._common import (
-    FastestForm,
     acc_dtypes,
     autocast_dtype,
     autotune_m_key,
@@ -78,7 +78,9 @@ from ._common import (
     cdiv,
     check_bool,
     check_linear_inputs,
+    contiguous_bias,
     dot_meta,
+    FastestForm,
     gemms_on_cublas,
     grad_needed,
     launch_pingpong,
@@ -435,6 +437,7 @@ class _LinearActFunction(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable  # the kernels' backward builds no graph: a second derivative is refused
     def backward(ctx, grad_y):
         x, weight, bias, saved = ctx.saved_tensors
         # the saved pre-activation is this Function's own: its backward writes dpre over it
@@ -511,6 +514,7 @@ def linear_act(
     act = check_activation(activation)
     check_linear_inputs(x, weight, bias)
     check_bool(save_preact, "save_preact")
+    bias = contiguous_bias(bias)
     x2d = x.reshape(-1, weight.shape[1])  # a view whenever the leading dims allow it
     if not grad_needed(x2d, weight, bias):  # inference: no pre-activation to keep
         y = (torch.ops.fusedmlp.linear_act(x2d, weight, bias, act, False) if torch.compiler.is_compiling()

@@ -104,6 +104,7 @@ from typing import Optional
 
 import numpy as np
 import torch
+from torch.autograd.function import once_differentiable
 
 from ..kernels.configs import (
     DGRAD_PINGPONG_CONFIG,
@@ -130,7 +131,6 @@ from ..kernels.lora import (
     lora_merge_kernel,
 )
 from ._common import (
-    FastestForm,
     autocast_dtype,
     autotune_m_key,
     call_autocast,
@@ -140,8 +140,10 @@ from ._common import (
     check_linear_inputs,
     check_same_dtype_device,
     check_tensor,
+    contiguous_bias,
     dot_meta,
     dot_width,
+    FastestForm,
     fork_join,
     gemms_on_cublas,
     grad_needed,
@@ -704,6 +706,7 @@ class _LoRAFunction(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable  # the kernels' backward builds no graph: a second derivative is refused
     def backward(ctx, grad_y):
         x, weight, bias, lora_a, lora_b, x_lora, xs, saved, merged = ctx.saved_tensors
         grads = _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, ctx.scale, ctx.act,
@@ -804,6 +807,7 @@ def lora_linear(
     check_linear_inputs(x, weight, bias)
     check_lora_inputs(weight, lora_a, lora_b, scale)
     check_bool(save_preact, "save_preact")
+    bias = contiguous_bias(bias)
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p <= 1.0:
         raise ValueError(f"dropout_p must be a number in [0, 1], got {dropout_p!r}")
     x2d = x.reshape(-1, weight.shape[1])

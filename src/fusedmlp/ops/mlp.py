@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from .._cuda_graph import in_graph_capture_mode
 from ..kernels.configs import INTERPRET, MLP_DGRAD_CONFIGS, MLP_FWD_CONFIGS, Launcher
@@ -634,6 +635,7 @@ class _MLPFunction(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable  # the kernels' backward builds no graph: a second derivative is refused
     def backward(ctx, grad_y):
         x, y, x_wide, w0_wide, *rest = ctx.saved_tensors
         layers = len(rest) // 3
@@ -679,6 +681,7 @@ class _CublasStackFunction(torch.autograd.Function):
         return h
 
     @staticmethod
+    @once_differentiable  # the kernels' backward builds no graph: a second derivative is refused
     def backward(ctx, grad_y):
         layers, wanted = len(ctx.modes), ctx.needs_input_grad
         tensors = ctx.saved_tensors
@@ -754,6 +757,8 @@ def check_mlp_inputs(x, weights, biases) -> list:
     elif len(biases) != len(weights):
         raise ValueError(f"biases has {len(biases)} entries but there are {len(weights)} weights")
     dtype, device, width = x.dtype, x.device, x.shape[-1]
+    if width == 0:
+        raise ValueError(f"x has no input features (shape {tuple(x.shape)})")
     for i, (w, b) in enumerate(zip(weights, biases)):
         if _layer_fits(w, b, dtype, device, width):
             width = w.shape[0]

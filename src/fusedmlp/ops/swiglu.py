@@ -59,6 +59,7 @@ its autograd registered; the backward calls ``fusedmlp::glu_backward_dh``.
 from __future__ import annotations
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from ..kernels.configs import DGRAD_PINGPONG_CONFIG, GLU_BWD_BLOCK_M
 from ..kernels.linear_act import dgrad_pingpong_kernel
@@ -187,6 +188,7 @@ class _SwiGLUFunction(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable  # the kernels' backward builds no graph: a second derivative is refused
     def backward(ctx, grad_y):
         x, w_gate, w_up, w_down, h = ctx.saved_tensors
         in_place = reuse_saved_once(ctx, "fusedmlp.swiglu", h is not None)
