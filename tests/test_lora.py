@@ -5,7 +5,7 @@ import contextlib
 import pytest
 import torch
 from helpers import (
-    assert_close, check_against_float64, check_inference_forward, check_replayed_step, compile_pingpong_for_hopper,
+    assert_close, check_against_float64, check_backward_twice, check_inference_forward, check_replayed_step, compile_pingpong_for_hopper,
     every_other, fp32_matmul_precision, recording_launches, recording_module_launches, recording_pingpong_launches, rel_err,
 )
 from torch import nn
@@ -963,3 +963,14 @@ def test_second_derivative_is_refused(device):
     (ga,) = torch.autograd.grad(y.square().sum(), a, create_graph=True)
     with pytest.raises(RuntimeError, match="differentiate twice"):
         ga.square().sum().backward()
+
+
+@pytest.mark.parametrize("save_preact", [False, True], ids=["saves-less", "save_preact"])
+def test_backward_twice(device, save_preact):
+    """No saved tensor is written over (unlike linear_act's save_preact): one retained graph
+    gives the same gradients twice."""
+    (x, w, b, a, lb), g = make_inputs((9,), 24, 20, 4, device)
+    leaves = [t.detach().float().requires_grad_() for t in (x, a, lb)]
+    y = fusedmlp.lora_linear(leaves[0], w.float(), b.float(), leaves[1], leaves[2], 0.7, "gelu",
+                             save_preact=save_preact)
+    check_backward_twice(y, leaves, g.float(), refuses=False)

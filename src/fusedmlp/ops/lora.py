@@ -794,7 +794,10 @@ def lora_linear(
             gelu_tanh, sigmoid, silu.
         dropout_p: dropout probability on the LoRA path's input (applied whenever > 0, as
             ``F.dropout(training=True)``; modules pass 0 in eval mode).
-        save_preact: as in ``fusedmlp.linear_act``.
+        save_preact: True keeps the pre-activation for the backward, False (default) keeps
+            what ``fusedmlp.linear_act`` keeps (the output, or nothing). Unlike linear_act,
+            the backward does not write over the kept pre-activation, so a second backward
+            (``retain_graph=True``) works.
 
     Returns:
         ``[..., out]`` tensor of x's dtype; inside ``torch.autocast``, of the autocast dtype (tensor
