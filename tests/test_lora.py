@@ -1,11 +1,12 @@
 """Fused LoRA linear: output and dx, dW, db, dA, dB against a float64 reference; LoRALinear; PEFT patching."""
 
 import contextlib
+import copy
 
 import pytest
 import torch
 from helpers import (
-    assert_close, check_against_float64, check_backward_twice, check_inference_forward, check_replayed_step, compile_pingpong_for_hopper,
+    assert_close, check_against_float64, check_backward_twice, check_inference_forward, eager_bound, check_replayed_step, compile_pingpong_for_hopper,
     every_other, fp32_matmul_precision, recording_launches, recording_module_launches, recording_pingpong_launches, rel_err,
 )
 from torch import nn
@@ -803,11 +804,11 @@ def test_lora_linear_module(device):
         fusedmlp.LoRALinear(8, 8, r=0, alpha=8)
 
 
-def _peft_model(device, dtype, dropout=0.0):
+def _peft_model(device, dtype, dropout=0.0, **options):
     peft = pytest.importorskip("peft")
     torch.manual_seed(1)
     model = nn.Sequential(nn.Linear(24, 40), nn.ReLU(), nn.Linear(40, 16)).to(device, dtype)
-    config = peft.LoraConfig(r=4, lora_alpha=12, target_modules=["0", "2"], lora_dropout=dropout)
+    config = peft.LoraConfig(r=4, lora_alpha=12, target_modules=["0", "2"], lora_dropout=dropout, **options)
     model = peft.get_peft_model(model, config)
     for module in model.modules():  # PEFT's B starts at zero: make the adapters do something
         if isinstance(module, nn.Linear) and module.weight.shape[1] == 4:
@@ -850,6 +851,71 @@ def test_patch_peft_lora(device, merged):
         assert_close(grads_fused[name], grads_peft[name], dtype, f"grad {name}")
     assert [r.new_type for r in fusedmlp.unpatch(model)] == ["Linear", "Linear"]  # PEFT's class is back
     assert not any(isinstance(m, fusedmlp.LoRALinear) for m in model.modules())
+
+
+def test_patch_peft_lora_with_fp32_adapters_on_bf16(device):
+    """PEFT's default keeps the adapters of a bf16 model in fp32: they are patched too, cast to
+    bf16 for the kernel; output and gradients (fp32, on the fp32 adapters) against float64."""
+    model = _peft_model(device, torch.bfloat16)
+    adapters = {name: p for name, p in model.named_parameters() if "lora_" in name}
+    assert {p.dtype for p in adapters.values()} == {torch.float32}  # PEFT's autocast_adapter_dtype
+    reference = copy.deepcopy(model).double()
+    x = torch.randn(9, 24, device=device, dtype=torch.bfloat16)
+    g = torch.randn(9, 16, device=device, dtype=torch.bfloat16)
+    y_peft = model(x)
+    assert [r.new_type for r in fusedmlp.patch(model)] == ["LoRALinear", "LoRALinear"]
+    y = model(x)
+    y.backward(g)
+    y_ref = reference(x.double())
+    y_ref.backward(g.double())
+    bound = eager_bound(torch.bfloat16, y_peft, y_ref)
+    assert y.dtype == torch.bfloat16 and rel_err(y, y_ref) < bound, rel_err(y, y_ref)
+    for name, p in reference.named_parameters():
+        if "lora_" in name:
+            assert adapters[name].grad.dtype == torch.float32, name
+            assert rel_err(adapters[name].grad, p.grad) < 3 * bound, (name, rel_err(adapters[name].grad, p.grad))
+
+
+def test_peft_merge_and_unload_after_patch(device):
+    """PEFT's merge_and_unload unloads patched layers too (LoRALinear answers merge(safe_merge,
+    adapter_names) and get_base_layer()); an rsLoRA layer reports PEFT's alpha."""
+    model = _peft_model(device, torch.float64, use_rslora=True)
+    x = torch.randn(5, 24, device=device, dtype=torch.float64)
+    y_peft = model(x)
+    fusedmlp.patch(model)
+    assert {m.lora_alpha for m in model.modules() if isinstance(m, fusedmlp.LoRALinear)} == {12}
+    plain = model.merge_and_unload()
+    assert [type(m) for m in plain] == [nn.Linear, nn.ReLU, nn.Linear]
+    assert_close(plain(x), y_peft, torch.float64, "merged and unloaded")
+    layer = fusedmlp.LoRALinear(4, 4, r=2, alpha=2)
+    with torch.no_grad():
+        layer.lora_b.fill_(float("inf"))
+    with pytest.raises(ValueError, match="NaN or inf"):
+        layer.merge(safe_merge=True)
+    assert not layer.merged and torch.isfinite(layer.base_layer.weight).all()
+
+
+@pytest.mark.filterwarnings("ignore:Already unmerged")  # PEFT's, where the layer was unmerged while patched
+@pytest.mark.parametrize("merged", [False, True], ids=["unmerged", "merged"])
+def test_unpatch_tells_peft_the_merge_state(device, merged):
+    """merge() / unmerge() on a patched layer changes the shared base weight; after unpatch,
+    PEFT's layer knows which state it is in (its own unmerge takes out what is in)."""
+    model = _peft_model(device, torch.float64)
+    x = torch.randn(5, 24, device=device, dtype=torch.float64)
+    y_peft = model(x)
+    base = {name: p.detach().clone() for name, p in model.named_parameters() if "base_layer" in name}
+    if merged:
+        model.merge_adapter()
+    fusedmlp.patch(model)
+    for layer in (m for m in model.modules() if isinstance(m, fusedmlp.LoRALinear)):
+        layer.unmerge() if merged else layer.merge()
+    fusedmlp.unpatch(model)
+    assert_close(model(x), y_peft, torch.float64, "after unpatch")
+    model.unmerge_adapter()
+    for name, p in model.named_parameters():
+        if "base_layer" in name:
+            assert_close(p, base[name], torch.float64, name)
+    assert_close(model(x), y_peft, torch.float64, "after PEFT's unmerge")
 
 
 def test_patch_skips_what_it_cannot_match(device):

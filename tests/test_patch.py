@@ -118,7 +118,7 @@ def _output_and_grads(model, inputs, weights):
     model.zero_grad(set_to_none=True)
     out = _output(model, inputs)
     (out * weights).sum().backward()
-    return out.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
+    return out.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.requires_grad}
 
 
 def _assert_same_results(model, reference, inputs, tolerance):
@@ -307,6 +307,85 @@ def test_sequential_pairs_that_are_not_linear_activation_are_left_alone():
     )
     result = fusedmlp.patch(model)
     assert [tuple(r) for r in result] == [("2", "Linear", "FusedLinear"), ("3", "GELU", "Identity")]
+
+
+def test_named_sequential_keeps_its_names():
+    """Rule 5 keeps a Sequential's own child names (an OrderedDict, or indices with gaps), so
+    the state-dict keys and attribute access stay as they were."""
+    from collections import OrderedDict
+
+    model = nn.Sequential(OrderedDict(fc1=nn.Linear(6, 16), act=nn.ReLU(), fc2=nn.Linear(16, 3))).to(F64)
+    reference = copy.deepcopy(model)
+    snapshot = _snapshot(model)
+    holder = nn.Module()
+    holder.head = model
+    assert [r.new_type for r in fusedmlp.patch(holder)] == ["FusedMLP"]
+    assert isinstance(holder.head, fusedmlp.FusedMLP) and holder.head.fc1 is model.fc1
+    _assert_same_snapshot(holder.head, snapshot)
+    holder.head.load_state_dict(reference.state_dict())  # strict: the keys of before
+    _assert_same_results(holder.head, reference, torch.randn(4, 6, dtype=F64), MODEL_TOLERANCE[F64])
+
+
+def test_fused_mlp_runs_changed_children_unfused():
+    """A FusedMLP whose children stop computing its stack (a child replaced, one appended)
+    runs them one by one, with a warning; a slice is a plain Sequential of its modules."""
+    model = fusedmlp.FusedMLP([5, 12, 7, 3], activation="relu", dtype=F64)
+    x = torch.randn(4, 5, dtype=F64)
+    sliced = model[:2]
+    assert type(sliced) is nn.Sequential and sliced[0] is model[0]
+    torch.testing.assert_close(sliced(x), torch.relu(model[0](x)))
+    for change in (lambda m: m.__setitem__(1, nn.Tanh()), lambda m: m.append(nn.Sigmoid())):
+        changed = copy.deepcopy(model)
+        change(changed)
+        with pytest.warns(UserWarning, match="running them one by one"):
+            out = changed(x)
+        torch.testing.assert_close(out, changed.unfuse()(x))
+    torch.testing.assert_close(model(x), model.unfuse()(x))  # untouched: fused, the same result
+
+
+def test_unpatch_hands_back_parameters_reassigned_since():
+    """A FusedLinear shares the Linear's Parameters, not the module: Parameters assigned to it
+    after patching (load_state_dict(assign=True)) go back to the Linear on unpatch."""
+    model = nn.Sequential(nn.Linear(6, 8), nn.GELU(), nn.Dropout(0.0), nn.Linear(8, 2)).to(F64)
+    fusedmlp.patch(model)
+    assert isinstance(model[0], fusedmlp.FusedLinear)
+    new_state = {key: torch.randn_like(value) for key, value in model.state_dict().items()}
+    model.load_state_dict(new_state, assign=True)
+    x = torch.randn(3, 6, dtype=F64)
+    patched_out = model(x)
+    fusedmlp.unpatch(model)
+    assert type(model[0]) is nn.Linear and model[0].weight is not None
+    assert torch.equal(model[0].weight, new_state["0.weight"]) and torch.equal(model[0].bias, new_state["0.bias"])
+    torch.testing.assert_close(model(x), patched_out)
+
+
+@pytest.mark.parametrize("where", ["llama", "sequential", "geglu"])
+def test_peft_adapters_added_after_patching_still_count(where):
+    """PEFT adapters added to a patched model wrap the fused blocks' projections: SwiGLU,
+    PatchedGEGLU and FusedMLP then run their children unfused, and the outputs and gradients
+    are PEFT's on the unpatched model."""
+    peft = pytest.importorskip("peft")
+    torch.manual_seed(3)
+    if where == "llama":
+        model, targets = _tiny_llama().to(F64), ["gate_proj", "up_proj", "down_proj"]
+        inputs = torch.randint(0, 101, (2, 7))
+    elif where == "sequential":
+        model = Wrapper(nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))).to(F64)
+        model, targets, inputs = model, ["blocks.0.0", "blocks.0.2"], torch.randn(4, 6, dtype=F64)
+    else:
+        model, targets, inputs = FeedForward(6, 10).to(F64), ["proj"], torch.randn(4, 6, dtype=F64)
+    reference = copy.deepcopy(model)
+    assert fusedmlp.patch(model)
+    config = peft.LoraConfig(r=2, lora_alpha=4, target_modules=targets, init_lora_weights=False)  # B nonzero
+    model, reference = peft.get_peft_model(model, config), peft.get_peft_model(reference, config)
+    adapters = {name: p for name, p in model.named_parameters() if "lora_" in name}
+    assert adapters and all(type(m).__module__.startswith("peft") for name, m in model.named_modules()
+                            if name.endswith(tuple(targets)))
+    with torch.no_grad():
+        for name, p in reference.named_parameters():
+            if "lora_" in name:
+                p.copy_(adapters[name])
+    _assert_same_results(model, reference, inputs, MODEL_TOLERANCE[F64])
 
 
 # --------------------------------------------------------------------------------------

@@ -25,6 +25,12 @@ class LoRALinear(nn.Module):
     ``merge()`` folds ``scaling * B @ A`` into the base weight and the forward then runs the
     base layer alone (``merged`` is True), as PEFT's ``merge``; ``unmerge()`` takes it out
     again. ``dropout`` applies in training mode only.
+
+    Adapters in fp32 on a 16-bit base layer (PEFT's default, ``autocast_adapter_dtype=True``)
+    are cast to the base's dtype for the fused kernel, as ``torch.autocast`` casts weights:
+    their gradients come back in fp32. ``merge(safe_merge, adapter_names)`` and
+    ``get_base_layer()`` are PEFT's names, so PEFT's ``merge_and_unload`` also unloads a
+    patched model.
     """
 
     def __init__(self, in_features: int, out_features: int, r: int, alpha: float, bias: bool = True,
@@ -53,9 +59,11 @@ class LoRALinear(nn.Module):
     @classmethod
     def from_modules(cls, base_layer: nn.Linear, lora_a: nn.ModuleDict, lora_b: nn.ModuleDict, adapter_name: str,
                      scaling: float, dropout: float = 0.0, activation: Optional[str] = None,
-                     merged: bool = False, save_preact: bool = False) -> "LoRALinear":
+                     merged: bool = False, save_preact: bool = False,
+                     lora_alpha: Optional[float] = None) -> "LoRALinear":
         """A LoRALinear around existing modules (shared, not copied): what ``fusedmlp.patch``
-        builds from a PEFT layer. ``merged`` says the base weight already holds the update."""
+        builds from a PEFT layer. ``merged`` says the base weight already holds the update;
+        ``lora_alpha`` is reported as given (None: ``scaling * r``, right unless rsLoRA)."""
         layer = cls.__new__(cls)
         nn.Module.__init__(layer)
         layer.base_layer, layer.lora_A, layer.lora_B = base_layer, lora_a, lora_b
@@ -63,7 +71,7 @@ class LoRALinear(nn.Module):
         layer.in_features, layer.out_features = base_layer.in_features, base_layer.out_features
         layer.r = lora_a[adapter_name].out_features
         layer.scaling = float(scaling)
-        layer.lora_alpha = layer.scaling * layer.r
+        layer.lora_alpha = layer.scaling * layer.r if lora_alpha is None else lora_alpha
         layer.activation = check_activation(activation)
         layer.dropout = float(dropout)
         layer.save_preact = save_preact
@@ -86,12 +94,19 @@ class LoRALinear(nn.Module):
         return (self.lora_b.to(dtype) @ self.lora_a.to(dtype)) * self.scaling
 
     @torch.no_grad()
-    def merge(self) -> None:
-        """Fold the adapter into the base weight; the forward then runs the base layer alone."""
-        if not self.merged:
-            weight, delta = self.base_layer.weight, self.delta_weight()
-            weight.copy_((weight.to(delta.dtype) + delta).to(weight.dtype))
-            self.merged = True
+    def merge(self, safe_merge: bool = False, adapter_names: Optional[list] = None) -> None:
+        """Fold the adapter into the base weight; the forward then runs the base layer alone.
+        ``safe_merge``: raise ValueError, leaving the weight as it was, where the merged weight
+        would hold a NaN or an infinity. ``adapter_names``: merge only if this layer's adapter
+        is named there (PEFT's arguments)."""
+        if self.merged or (adapter_names is not None and self.adapter_name not in adapter_names):
+            return
+        weight, delta = self.base_layer.weight, self.delta_weight()
+        merged = (weight.to(delta.dtype) + delta).to(weight.dtype)
+        if safe_merge and not torch.isfinite(merged).all():
+            raise ValueError(f"LoRALinear.merge: adapter {self.adapter_name!r} would put NaN or inf in the base weight")
+        weight.copy_(merged)
+        self.merged = True
 
     @torch.no_grad()
     def unmerge(self) -> None:
@@ -101,11 +116,21 @@ class LoRALinear(nn.Module):
             weight.copy_((weight.to(delta.dtype) - delta).to(weight.dtype))
             self.merged = False
 
+    def get_base_layer(self) -> nn.Linear:
+        """The base layer (PEFT's name; its ``merge_and_unload`` puts it in this layer's place)."""
+        if self.activation != "identity":
+            raise ValueError(f"LoRALinear with activation={self.activation}: the base layer alone would drop "
+                             "the activation")
+        return self.base_layer
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight, bias = self.base_layer.weight, self.base_layer.bias
         if self.merged:
             return linear_act(x, weight, bias, self.activation, self.save_preact)
-        return lora_linear(x, weight, bias, self.lora_a, self.lora_b, self.scaling, self.activation,
+        lora_a, lora_b = self.lora_a, self.lora_b  # fp32 adapters on a 16-bit base: cast as autocast would
+        lora_a = lora_a if lora_a.dtype == weight.dtype else lora_a.to(weight.dtype)
+        lora_b = lora_b if lora_b.dtype == weight.dtype else lora_b.to(weight.dtype)
+        return lora_linear(x, weight, bias, lora_a, lora_b, self.scaling, self.activation,
                            self.dropout if self.training else 0.0, self.save_preact)
 
     def extra_repr(self) -> str:

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence, Union
 
 import torch
 from torch import nn
 
 from ..ops.activations import check_activation
 from ..ops.mlp import mlp
-
-
-class SquaredReLU(nn.Module):
-    """``relu(x) ** 2`` (PyTorch has no module for it)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x).square()
+from ._modules import SquaredReLU, linear_stack
 
 
 def activation_module(name: str) -> Optional[nn.Module]:
@@ -40,7 +35,9 @@ class FusedMLP(nn.Sequential):
     (same initialisation, same state-dict keys ``0.weight``, ``0.bias``, ``2.weight``, ...), so
     checkpoints of the Sequential load unchanged; only ``forward`` differs: it calls
     ``fusedmlp.mlp`` with the Linear layers' parameters (the activation modules are there for
-    the keys, the repr and ``unfuse``).
+    the keys, the repr and ``unfuse``). Where the children stop computing that stack (a child
+    replaced or appended afterwards, a Linear wrapped by PEFT) the forward runs the children
+    one by one instead, with a warning; a slice is a plain ``nn.Sequential``.
 
     Args:
         sizes: ``[in, hidden_1, ..., out]``, at least two entries.
@@ -67,24 +64,53 @@ class FusedMLP(nn.Sequential):
         self.activation, self.last_activation, self.recompute = activation, last_activation, recompute
 
     @classmethod
-    def from_modules(cls, modules: Sequence[nn.Module], activation: str, last_activation: str,
-                     recompute: bool = False) -> "FusedMLP":
+    def from_modules(cls, modules: Union[Sequence[nn.Module], Mapping[str, nn.Module]], activation: str,
+                     last_activation: str, recompute: bool = False) -> "FusedMLP":
         """A FusedMLP holding ``modules`` themselves (the Linear layers and activation modules of
-        a Sequential, in order; parameters shared, not copied). The caller states the
+        a Sequential, in order, or a mapping of their names to them, which keeps the names and
+        so the state-dict keys; parameters shared, not copied). The caller states the
         activations they compute (``fusedmlp.patch`` establishes them)."""
         layer = cls.__new__(cls)
-        nn.Sequential.__init__(layer, *modules)
+        if isinstance(modules, Mapping):
+            nn.Sequential.__init__(layer, OrderedDict(modules))
+        else:
+            nn.Sequential.__init__(layer, *modules)
         layer.activation, layer.last_activation = check_activation(activation), check_activation(last_activation)
         layer.recompute = recompute
         return layer
 
+    _children_seen = ()  # the children the stack below was established for
+    _stack = None  # their Linear layers, or None where they do not compute the stated stack
+
     def linears(self) -> list:
         return [m for m in self if isinstance(m, nn.Linear)]
 
+    def _fused_linears(self) -> Optional[list]:
+        """The Linear layers to fuse, or None where the children no longer compute this stack
+        (checked again whenever the children change: one tuple comparison per call)."""
+        children = tuple(self._modules.values())
+        if children != self._children_seen:
+            stack = linear_stack(children)
+            wanted = (self.activation, self.last_activation)
+            fits = stack is not None and (stack[1] or self.activation, stack[2]) == wanted
+            if not fits:
+                warnings.warn("FusedMLP: its children no longer compute the fused stack "
+                              f"(activation={self.activation}, last_activation={self.last_activation}); "
+                              "running them one by one", stacklevel=5)
+            self._children_seen, self._stack = children, (stack[0] if fits else None)
+        return self._stack
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        linears = self.linears()
+        linears = self._fused_linears()
+        if linears is None:
+            return super().forward(x)
         return mlp(x, [lin.weight for lin in linears], [lin.bias for lin in linears], self.activation,
                    self.last_activation, self.recompute)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):  # part of the stack: a plain Sequential of those modules
+            return nn.Sequential(OrderedDict(list(self._modules.items())[index]))
+        return super().__getitem__(index)
 
     def unfuse(self) -> nn.Sequential:
         """A plain ``nn.Sequential`` of the same modules (sharing the parameters)."""

@@ -34,7 +34,7 @@ optimizers, checkpoints and weight tying keep working. The rules:
 
 3. **Linear + activation in an** ``nn.Sequential`` (or a subclass that does not override
    ``forward``): a plain ``nn.Linear`` directly followed by ``nn.ReLU``, ``nn.GELU``
-   (``approximate`` "none" or "tanh"), ``nn.SiLU`` or ``nn.Sigmoid`` becomes
+   (``approximate`` "none" or "tanh"), ``nn.SiLU``, ``nn.Sigmoid`` or ``SquaredReLU`` becomes
    ``fusedmlp.FusedLinear.from_linear(linear, activation)`` and the activation becomes
    ``nn.Identity()``: indices and keys are unchanged.
 
@@ -44,11 +44,18 @@ optimizers, checkpoints and weight tying keep working. The rules:
    layer qualifies when it has exactly one adapter and it is the active one, adapters are
    not disabled, the adapter is plain LoRA (no DoRA or other variant, no ``lora_bias``, not
    ``fan_in_fan_out``), the base layer and both adapter matrices are plain bias-free
-   ``nn.Linear`` (the base may have a bias) of one dtype and device, and its dropout is
-   ``nn.Dropout`` or ``nn.Identity``. A merged layer stays merged (the forward runs the base
-   layer alone, as PEFT's does); ``LoRALinear.unmerge()`` takes the update out again. PEFT's
-   own helpers (``merge_and_unload``, ``save_pretrained``) look for PEFT layers: ``unpatch``
-   first.
+   ``nn.Linear`` (the base may have a bias) on one device, the adapters of the base's dtype
+   or, on a 16-bit base, in fp32 (PEFT's default: the fused forward casts them, as autocast
+   would), and its dropout is ``nn.Dropout`` or ``nn.Identity``. A merged layer stays merged
+   (the forward runs the base layer alone, as PEFT's does); ``LoRALinear.unmerge()`` takes the
+   update out again, and ``unpatch`` tells PEFT's layer which state it is in. PEFT's
+   ``merge_and_unload`` works on a patched model; its other helpers look for PEFT layers and
+   miss the patched ones (``save_pretrained`` would save no adapter weights,
+   ``disable_adapter()``, ``set_adapter`` and ``merge_adapter`` would not reach them):
+   ``unpatch`` first. Likewise add or load adapters before patching, or unpatch first: PEFT
+   wraps whatever ``nn.Linear`` it finds, a ``FusedLinear`` too, whose output already has
+   its activation applied. (The fused SwiGLU, GEGLU and MLP modules see a projection
+   wrapped since and run their children unfused, which stays right.)
 
 5. **A whole MLP in an** ``nn.Sequential`` (the class itself or a subclass that does not
    override ``forward``) -> ``fusedmlp.FusedMLP`` holding the same child modules (so indices
@@ -83,9 +90,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops.glu import geglu
+from ._modules import GELU_APPROXIMATE, is_plain, is_plain_linear, linear_stack, module_activation
 from .linear_act import FusedLinear
 from .lora import LoRALinear
-from .mlp import FusedMLP, SquaredReLU
+from .mlp import FusedMLP
 from .swiglu import SwiGLU
 from .tensor_parallel import tensor_parallel_forward
 
@@ -98,8 +106,6 @@ _SWIGLU_RETURNS = (
     "return {s}.down_proj({s}.act_fn({s}.gate_proj({x})) * {s}.up_proj({x}))",
     "return {s}.down_proj({s}.up_proj({x}) * {s}.act_fn({s}.gate_proj({x})))",
 )
-_GELU_APPROXIMATE = {"none": "gelu", "tanh": "gelu_tanh"}
-_SEQUENTIAL_ACTIVATIONS = {nn.ReLU: "relu", nn.SiLU: "silu", nn.Sigmoid: "sigmoid"}
 
 
 class Replacement(NamedTuple):
@@ -141,6 +147,9 @@ class PatchedGEGLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tp_mesh is not None:
             return tensor_parallel_forward(self, x)
+        if not is_plain_linear(self.proj):  # wrapped since (a PEFT LoRA layer): what the block computes
+            hidden, gate = self.proj(x).chunk(2, dim=-1)
+            return hidden * F.gelu(gate, approximate="tanh" if self.activation == "gelu_tanh" else "none")
         return geglu(x, self.proj.weight, self.proj.bias, recompute=self.recompute, activation=self.activation)
 
     def extra_repr(self) -> str:
@@ -201,12 +210,24 @@ def unpatch(model: nn.Module) -> PatchResult:
     for holder in [m for m in model.modules() if _SWAPS_ATTR in vars(m)]:
         for swap in vars(holder).pop(_SWAPS_ATTR):
             if swap.parent._modules.get(swap.key) is swap.replacement:
+                _hand_back(swap.replacement, swap.original)
                 setattr(swap.parent, swap.key, swap.original)
                 restored.append(swap.record(restore=True))
             else:
                 warnings.warn(f"fusedmlp.unpatch: {swap.name!r} was replaced after patching; left as it is",
                               stacklevel=2)
     return PatchResult(model, restored)
+
+
+def _hand_back(replacement: nn.Module, original: nn.Module) -> None:
+    """What the replacement holds of its own goes back to the original: a FusedLinear's
+    parameters (it shares the Parameter objects, not the module, and they may have been
+    reassigned since: ``load_state_dict(assign=True)``, a dtype conversion), a LoRALinear's
+    merge state (PEFT's layer must know whether its base weight holds the update)."""
+    if isinstance(replacement, FusedLinear):
+        original.weight, original.bias = replacement.weight, replacement.bias
+    elif isinstance(replacement, LoRALinear) and hasattr(original, "merged_adapters"):
+        original.merged_adapters = [replacement.adapter_name] if replacement.merged else []
 
 
 def _check_module(model) -> None:
@@ -240,7 +261,7 @@ def _plan(model: nn.Module, options: Dict[str, bool]) -> List[_Swap]:
 
 def _replace_block(module: nn.Module, options: Dict[str, bool]) -> Optional[nn.Module]:
     """The fused replacement of a SwiGLU or GEGLU block (rules 1 and 2), or None."""
-    if not _is_plain(module) or _has_own_state(module):
+    if not is_plain(module) or _has_own_state(module):
         return None
     lora = _peft_lora(module)
     if lora is not None:
@@ -259,8 +280,8 @@ def _fuse_sequential(seq: nn.Sequential, seq_name: str) -> List[_Swap]:
     swaps = []
     items = list(seq._modules.items())
     for (lin_key, linear), (act_key, act) in itertools.pairwise(items):
-        activation = _sequential_activation(act)
-        if activation is not None and _is_plain_linear(linear):
+        activation = module_activation(act)
+        if activation not in (None, "identity") and is_plain_linear(linear):
             swaps.append(_Swap(seq, lin_key, _join(seq_name, lin_key), linear,
                                FusedLinear.from_linear(linear, activation=activation)))
             swaps.append(_Swap(seq, act_key, _join(seq_name, act_key), act, nn.Identity()))
@@ -268,37 +289,14 @@ def _fuse_sequential(seq: nn.Sequential, seq_name: str) -> List[_Swap]:
 
 
 def _sequential_mlp(module: nn.Module, options: Dict[str, bool]) -> Optional[FusedMLP]:
-    """Rule 5: the FusedMLP standing in for a Sequential of Linear + activation layers, or None."""
+    """Rule 5: the FusedMLP standing in for a Sequential of Linear + activation layers (its
+    children under their own names), or None."""
     if not isinstance(module, nn.Sequential) or type(module).forward is not nn.Sequential.forward:
         return None
-    children = list(module._modules.values())
-    linears, after = [], []  # after[i]: the activation following linears[i] (None: none)
-    for child in children:
-        if _is_plain_linear(child):
-            linears.append(child)
-            after.append(None)
-            continue
-        activation = "identity" if type(child) is nn.Identity and _is_plain(child) else \
-            ("squared_relu" if type(child) is SquaredReLU and _is_plain(child) else _sequential_activation(child))
-        if activation is None or not linears or after[-1] is not None:
-            return None
-        after[-1] = activation
-    if len(linears) < 2:
+    stack = linear_stack(module._modules.values())
+    if stack is None or len(stack[0]) < 2:
         return None
-    hidden = {a or "identity" for a in after[:-1]}
-    if len(hidden) != 1 or len({(lin.weight.dtype, lin.weight.device) for lin in linears}) != 1:
-        return None
-    if any(a.out_features != b.in_features for a, b in itertools.pairwise(linears)):
-        return None
-    return FusedMLP.from_modules(children, hidden.pop(), after[-1] or "identity", **options)
-
-
-def _sequential_activation(module) -> Optional[str]:
-    if type(module) is nn.GELU:
-        activation = _GELU_APPROXIMATE.get(module.approximate)
-    else:
-        activation = _SEQUENTIAL_ACTIVATIONS.get(type(module))
-    return activation if activation is not None and _is_plain(module) else None
+    return FusedMLP.from_modules(module._modules, stack[1], stack[2], **options)
 
 
 def _swiglu_projections(module: nn.Module) -> Optional[Tuple[nn.Linear, nn.Linear, nn.Linear]]:
@@ -307,7 +305,7 @@ def _swiglu_projections(module: nn.Module) -> Optional[Tuple[nn.Linear, nn.Linea
     if not set(_SWIGLU_PROJECTIONS) <= children <= {*_SWIGLU_PROJECTIONS, "act_fn"}:
         return None
     gate, up, down = (module._modules[name] for name in _SWIGLU_PROJECTIONS)
-    if not all(_is_plain_linear(p) and p.bias is None for p in (gate, up, down)):
+    if not all(is_plain_linear(p) and p.bias is None for p in (gate, up, down)):
         return None
     if gate.weight.shape != up.weight.shape or down.in_features != gate.out_features:
         return None
@@ -323,10 +321,10 @@ def _geglu_activation(module: nn.Module) -> Optional[str]:
     if type(module).__name__ != "GEGLU" or set(module._modules) != {"proj"}:
         return None
     proj = module.proj
-    if not _is_plain_linear(proj) or proj.out_features % 2:
+    if not is_plain_linear(proj) or proj.out_features % 2:
         return None
     approximate = getattr(module, "approximate", "none")
-    return _GELU_APPROXIMATE.get(approximate) if isinstance(approximate, str) else None
+    return GELU_APPROXIMATE.get(approximate) if isinstance(approximate, str) else None
 
 
 def _peft_lora(module: nn.Module) -> Optional[LoRALinear]:
@@ -342,14 +340,18 @@ def _peft_lora(module: nn.Module) -> Optional[LoRALinear]:
             or getattr(module, "lora_bias", {}).get(name, False):
         return None
     base, lora_a, lora_b = module.base_layer, module.lora_A[name], module.lora_B[name]
-    if not (_is_plain_linear(base) and _is_plain_linear(lora_a) and _is_plain_linear(lora_b)):
+    if not (is_plain_linear(base) and is_plain_linear(lora_a) and is_plain_linear(lora_b)):
         return None
     if lora_a.bias is not None or lora_b.bias is not None:
         return None
-    if len({(p.dtype, p.device) for p in (base.weight, lora_a.weight, lora_b.weight)}) != 1:
+    adapter_dtypes = {base.weight.dtype}
+    if base.weight.dtype in (torch.float16, torch.bfloat16):  # PEFT keeps adapters in fp32 by default
+        adapter_dtypes.add(torch.float32)
+    if len({p.device for p in (base.weight, lora_a.weight, lora_b.weight)}) != 1 \
+            or lora_a.weight.dtype not in adapter_dtypes or lora_b.weight.dtype not in adapter_dtypes:
         return None
     dropout = module.lora_dropout[name]
-    if type(dropout) is nn.Dropout and _is_plain(dropout):
+    if type(dropout) is nn.Dropout and is_plain(dropout):
         p = dropout.p
     elif type(dropout) is nn.Identity:
         p = 0.0
@@ -359,17 +361,7 @@ def _peft_lora(module: nn.Module) -> Optional[LoRALinear]:
     if module.merged_adapters and not merged:
         return None
     return LoRALinear.from_modules(base, module.lora_A, module.lora_B, name, module.scaling[name], dropout=p,
-                                   merged=merged)
-
-
-def _is_plain(module: nn.Module) -> bool:
-    """No hooks and no per-instance forward: calling it runs exactly its class's forward."""
-    hooks = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks, module._backward_pre_hooks)
-    return "forward" not in vars(module) and not any(hooks)
-
-
-def _is_plain_linear(module) -> bool:
-    return type(module) is nn.Linear and _is_plain(module)
+                                   merged=merged, lora_alpha=module.lora_alpha.get(name))
 
 
 def _has_own_state(module: nn.Module) -> bool:
@@ -380,7 +372,7 @@ def _is_silu(act) -> bool:
     """``F.silu``, or a stateless module that computes SiLU on a probe tensor."""
     if act is F.silu:
         return True
-    if not isinstance(act, nn.Module) or not _is_plain(act) or _has_own_state(act) or any(True for _ in act.children()):
+    if not isinstance(act, nn.Module) or not is_plain(act) or _has_own_state(act) or any(True for _ in act.children()):
         return False
     probe = torch.linspace(-12.0, 12.0, steps=97, dtype=torch.float32, device="cpu")
     expected = F.silu(probe)

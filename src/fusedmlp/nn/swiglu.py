@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..ops.swiglu import swiglu
+from ._modules import is_plain_linear
 from .tensor_parallel import tensor_parallel_forward
 
 
@@ -16,7 +18,9 @@ class SwiGLU(nn.Module):
 
     Submodules and state-dict keys are those of Hugging Face ``LlamaMLP``
     (``gate_proj.weight``, ``up_proj.weight``, ``down_proj.weight``), so its checkpoints load
-    unchanged. ``recompute`` as in ``fusedmlp.swiglu``.
+    unchanged. ``recompute`` as in ``fusedmlp.swiglu``. Where a projection is no longer a plain
+    bias-free ``nn.Linear`` (PEFT wrapped it in a LoRA layer after ``fusedmlp.patch``), the
+    forward calls the projections themselves, unfused, so their result stays theirs.
     """
 
     def __init__(self, dim: int, hidden_dim: int, out_dim: Optional[int] = None, recompute: bool = False,
@@ -48,7 +52,12 @@ class SwiGLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tp_mesh is not None:
             return tensor_parallel_forward(self, x)
-        return swiglu(x, self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight, recompute=self.recompute)
+        gate, up, down = self.gate_proj, self.up_proj, self.down_proj
+        if not (is_plain_linear(gate) and is_plain_linear(up) and is_plain_linear(down)) \
+                or gate.bias is not None or up.bias is not None or down.bias is not None:
+            # a projection wrapped since (a PEFT LoRA layer) or given a bias: what the block computes
+            return down(F.silu(gate(x)) * up(x))
+        return swiglu(x, gate.weight, up.weight, down.weight, recompute=self.recompute)
 
     def extra_repr(self) -> str:
         return f"recompute={self.recompute}"
