@@ -228,6 +228,32 @@ def test_bench_without_gpu_reports_errors(capsys):
     assert len(values) == 8 and all(v < 1e-5 for v in values)
 
 
+def test_bench_options_are_checked_without_gpu(capsys, tmp_path, monkeypatch):
+    """A typo in the options is reported on any machine (without a GPU, before the interpreter
+    check), not only once on a GPU; an --out that cannot be written, before any timing."""
+    for options, message in ((["--impls", "fused,bogus"], "unknown or unavailable impl(s) ['bogus']"),
+                             (["--modes", "xyz"], "unknown or unavailable mode(s) ['xyz']"),
+                             (["--shapes", "nonsense"], "unknown shape preset 'nonsense'"),
+                             (["--shapes", "1x2x3"], "geglu shapes are DXN with positive sizes")):
+        assert cli.main(["bench", "geglu", *options]) == 2, options
+        assert message in capsys.readouterr().err
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a file where --out's folder would go
+    monkeypatch.setattr(cli, "_prepare_backend", lambda: True)  # as on a GPU machine
+    monkeypatch.setattr(glu_suite, "run_gpu", lambda *args, **kwargs: pytest.fail("timed before --out was checked"))
+    assert cli.main(["bench", "geglu", "--shapes", "64x128", "--out", str(blocked / "sub")]) == 2
+    assert "cannot write there" in capsys.readouterr().err
+
+
+def test_bench_plot_refuses_what_is_not_a_bench_result(capsys, tmp_path):
+    missing, broken, other = tmp_path / "missing.json", tmp_path / "broken.json", tmp_path / "list.json"
+    broken.write_text("{not json")
+    other.write_text("[1, 2]")
+    for path, message in ((missing, "cannot read"), (broken, "cannot read"), (other, "is not the JSON of")):
+        assert cli.main(["bench-plot", str(path)]) == 2
+        assert message in capsys.readouterr().err
+
+
 def test_cli_help_names_every_impl_of_every_suite():
     import importlib
 

@@ -7,6 +7,7 @@ import argparse
 import importlib
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -111,6 +112,11 @@ def cmd_bench(args) -> int:
         print("--autocast runs the geglu, linear_act, swiglu, lora and mlp suites with --dtype bf16 or fp16 "
               f"(got {args.suite}, {args.dtype})", file=sys.stderr)
         return 2
+    plan = _bench_plan(args, suite)  # checked on a CPU too: a typo should not wait for a GPU machine
+    if isinstance(plan, str):
+        print(plan, file=sys.stderr)
+        return 2
+    impls, modes, shapes = plan
     env = harness.environment()
     if not has_gpu:
         headers, table = suite.run_cpu_check(dtype)
@@ -118,36 +124,15 @@ def cmd_bench(args) -> int:
               + (" (in --dtype; --autocast applies to GPU timings)." if args.autocast else "."))
         print("Relative error against the float64 reference (||out - ref|| / ||ref||):\n")
         print(harness.format_table(headers, table))
-        print("\nTimings and memory figures need a CUDA GPU; run this command on one.")
+        print("\nTimings and memory figures need a CUDA GPU; run this command on one (its options were checked).")
         return 0
-    available = suite.default_impls(max_autotune=True)
-    impls = args.impls.split(",") if args.impls else suite.default_impls(args.max_autotune)
-    modes = args.modes.split(",") if args.modes else list(suite.MODES)
-    for name, given, allowed in (("impl", impls, available), ("mode", modes, suite.MODES)):
-        bad = [v for v in given if v not in allowed]
-        if bad:
-            print(f"unknown or unavailable {name}(s) {bad}; choose from {', '.join(allowed)}", file=sys.stderr)
-            return 2
-    shapes = args.shapes or suite.DEFAULT_SHAPES
-    if isinstance(shapes, str):
-        if shapes not in suite.SHAPE_PRESETS:
-            print(f"unknown shape preset {shapes!r}; choose from {', '.join(suite.SHAPE_PRESETS)} "
-                  f"or give DxN,...", file=sys.stderr)
-            return 2
-        shapes = suite.SHAPE_PRESETS[shapes]
-    fields = suite.SHAPE_FIELDS
-    check = getattr(suite, "check_shape", None)
-    if check is not None:  # suites whose shapes vary in length say themselves what is wrong
-        problems = [(s, check(s)) for s in shapes if check(s)]
-        if problems:
-            print(f"{problems[0][1]}; got {[s for s, _ in problems]}", file=sys.stderr)
-            return 2
-    else:
-        bad = [s for s in shapes if len(s) != len(fields) or min(s) <= 0]
-        if bad:
-            print(f"{args.suite} shapes are {'x'.join(fields).upper()} with positive sizes; got {bad}",
-                  file=sys.stderr)
-            return 2
+    try:  # before any timing: an --out that cannot be written should not cost a run
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=args.out):
+            pass
+    except OSError as error:
+        print(f"--out {args.out}: cannot write there ({error.strerror or error})", file=sys.stderr)
+        return 2
     if args.rounds > 1:
         env["rounds"] = args.rounds
     env["backward_thread"] = args.backward_thread
@@ -194,9 +179,50 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _bench_plan(args, suite):
+    """(impls, modes, shapes) of a bench run from its options, or the message saying which is wrong."""
+    available = suite.default_impls(max_autotune=True)
+    impls = args.impls.split(",") if args.impls else suite.default_impls(args.max_autotune)
+    modes = args.modes.split(",") if args.modes else list(suite.MODES)
+    for name, given, allowed in (("impl", impls, available), ("mode", modes, suite.MODES)):
+        bad = [v for v in given if v not in allowed]
+        if bad:
+            return f"unknown or unavailable {name}(s) {bad}; choose from {', '.join(allowed)}"
+    shapes = args.shapes or suite.DEFAULT_SHAPES
+    if isinstance(shapes, str):
+        if shapes not in suite.SHAPE_PRESETS:
+            return f"unknown shape preset {shapes!r}; choose from {', '.join(suite.SHAPE_PRESETS)} or give DxN,..."
+        shapes = suite.SHAPE_PRESETS[shapes]
+    check = getattr(suite, "check_shape", None)
+    if check is not None:  # suites whose shapes vary in length say themselves what is wrong
+        problems = [(s, check(s)) for s in shapes if check(s)]
+        if problems:
+            return f"{problems[0][1]}; got {[s for s, _ in problems]}"
+    else:
+        fields = suite.SHAPE_FIELDS
+        bad = [s for s in shapes if len(s) != len(fields) or min(s) <= 0]
+        if bad:
+            return f"{args.suite} shapes are {'x'.join(fields).upper()} with positive sizes; got {bad}"
+    return impls, modes, shapes
+
+
 def cmd_bench_plot(args) -> int:
+    import json
+
     from fusedmlp.bench.plot import plot_results
 
+    try:
+        data = json.loads(Path(args.json).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        print(f"bench-plot: cannot read {args.json}: {error}", file=sys.stderr)
+        return 2
+    if not (isinstance(data, dict) and isinstance(data.get("environment"), dict)
+            and isinstance(data.get("results"), list)):
+        print(f"bench-plot: {args.json} is not the JSON of a `fusedmlp bench` run (no environment and results)",
+              file=sys.stderr)
+        return 2
+    if args.out is not None:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     print(f"wrote {plot_results(Path(args.json), args.out)}")
     return 0
 
