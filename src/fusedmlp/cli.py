@@ -410,7 +410,14 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv
-    return args.func(args)
+    if args.command != "dlrm" or os.environ.get("FUSEDMLP_TRACEBACK", "0") not in ("", "0"):
+        return args.func(args)
+    try:  # the data commands meet users' files: a bad file or argument is a message, not a traceback
+        return args.func(args)
+    except (ValueError, OSError, EOFError) as error:
+        print(f"fusedmlp dlrm {args.dlrm_command}: error: {error} (FUSEDMLP_TRACEBACK=1 shows where)",
+              file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
