@@ -221,8 +221,14 @@ def test_cli_train_eval_synth_preprocess(tmp_path, capsys):
     assert main(["dlrm", "eval", str(ckpt), "--data", str(tmp_path / "p"), "--device", "cpu", "--impl", "eager"]) == 0
     out = capsys.readouterr().out
     assert '"auc"' in out and "wrote" in out
-    with pytest.raises(SystemExit):
-        main(["dlrm", "train", "--batch-size", "0", "--quiet"])
+    capsys.readouterr()
+    # a bad argument or file: one line naming it, exit status 2, no traceback
+    assert main(["dlrm", "train", "--batch-size", "0", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip() == "fusedmlp dlrm train: error: --batch-size must be at least 1"
+    assert main(["dlrm", "eval", str(tmp_path / "none.pt"), "--device", "cpu"]) == 2
+    assert f"no checkpoint at {tmp_path / 'none.pt'}" in capsys.readouterr().err
+    assert main(["dlrm", "preprocess", str(tmp_path / "none.tsv"), "--out", str(tmp_path / "q"), "--quiet"]) == 2
+    assert "No such file or directory" in capsys.readouterr().err
 
 
 def _gpu_args(*extra):
@@ -276,3 +282,105 @@ def test_cuda_graph_step_matches_the_plain_step(tmp_path, impl, optimizer):
     assert steps(a) == steps(b)
     train(_gpu_args(*common, "--steps", "50", "--cuda-graph", "--resume", str(graphed), "--checkpoint", str(resumed)))
     assert torch.load(resumed, weights_only=False)["progress"]["step"] == 50
+
+
+def _eval_args(checkpoint, *extra):
+    from fusedmlp.cli import build_parser
+
+    return build_parser().parse_args(["dlrm", "eval", str(checkpoint), "--device", "cpu", "--impl", "eager", *extra])
+
+
+def _tiny_folders(tmp_path, index):
+    """Two small `preprocess` folders (index kind ``index``) of different synthetic logs, and the first log's TSV."""
+    pytest.importorskip("pyarrow")
+    from fusedmlp.dlrm.data import preprocess, synthesize, write_tsv
+
+    folders = []
+    for seed in (1, 2):
+        tsv = tmp_path / f"s{seed}.tsv"
+        write_tsv(tsv, *synthesize(600, seed=seed))
+        folders.append(tmp_path / f"{index}{seed}")
+        preprocess(tsv, folders[-1], index=index)
+    return folders, tmp_path / "s1.tsv"
+
+
+def test_checkpoint_refuses_data_indexed_another_way(tmp_path, capsys):
+    """A checkpoint trained on a vocab-indexed folder: eval and resume on a TSV (hash-indexed as it
+    loads, with the same table sizes) or on a folder of another vocabulary are refused; the folder
+    it was trained on passes; an older checkpoint without the record passes with a warning."""
+    (vocab, other_vocab), tsv = _tiny_folders(tmp_path, "vocab")
+    ckpt = tmp_path / "v.pt"
+    train(_args(tmp_path, "--data", str(vocab), "--batch-size", "64", "--steps", "2", "--checkpoint", str(ckpt)))
+    assert torch.load(ckpt, weights_only=False)["args"]["data_index"]["kind"] == "vocab"
+    with pytest.raises(SystemExit, match="vocabulary .* but .*s1.tsv is hash-indexed"):
+        evaluate_checkpoint(_eval_args(ckpt, "--data", str(tsv)))
+    with pytest.raises(SystemExit, match="is hash-indexed"):
+        train(_args(tmp_path, "--data", str(tsv), "--batch-size", "64", "--steps", "4", "--resume", str(ckpt)))
+    with pytest.raises(SystemExit, match="is indexed by vocabulary"):
+        evaluate_checkpoint(_eval_args(ckpt, "--data", str(other_vocab)))
+    assert evaluate_checkpoint(_eval_args(ckpt, "--data", str(vocab)))["step"] == 2
+    old = torch.load(ckpt, weights_only=False)
+    del old["args"]["data_index"]
+    torch.save(old, ckpt)
+    capsys.readouterr()
+    assert evaluate_checkpoint(_eval_args(ckpt, "--data", str(vocab)))["step"] == 2
+    assert "does not record how its training data was indexed" in capsys.readouterr().err
+
+
+def test_hash_checkpoint_evaluates_on_its_tsv(tmp_path):
+    """A hash-indexed folder and the TSV it came from index alike: the checkpoint evaluates on either."""
+    (folder, _), tsv = _tiny_folders(tmp_path, "hash")
+    ckpt = tmp_path / "h.pt"
+    train(_args(tmp_path, "--data", str(folder), "--batch-size", "64", "--steps", "2", "--checkpoint", str(ckpt)))
+    assert torch.load(ckpt, weights_only=False)["args"]["data_index"] == {"kind": "hash"}
+    assert evaluate_checkpoint(_eval_args(ckpt, "--data", str(tsv)))["step"] == 2
+
+
+def test_resume_refuses_another_batch_size_optimizer_or_lr(tmp_path):
+    """A resumed run continues exactly: a changed --batch-size (the step budget counts the
+    checkpoint's batches), --optimizer (its state is the checkpoint's) or --lr is refused, naming
+    the value to use; with them, the resumed checkpoint records what ran."""
+    first, second = tmp_path / "first.pt", tmp_path / "second.pt"
+    common = ["--batch-size", "256", "--optimizer", "sgd", "--lr", "0.05"]
+    train(_args(tmp_path, *common, "--steps", "3", "--checkpoint", str(first)))
+    for changed, named in ((["--batch-size", "2048"], "--batch-size 256"),
+                           (["--optimizer", "adagrad"], "--optimizer sgd"), (["--lr", "0.1"], "--lr 0.05")):
+        with pytest.raises(SystemExit, match=f"resume with {named}"):
+            train(_args(tmp_path, *common, *changed, "--steps", "5", "--resume", str(first)))
+    result = train(_args(tmp_path, *common, "--steps", "5", "--resume", str(first), "--checkpoint", str(second)))
+    assert result["steps"] == 5
+    recorded = torch.load(second, weights_only=False)["args"]
+    assert (recorded["batch_size"], recorded["optimizer"], recorded["lr"]) == (256, "sgd", 0.05)
+
+
+def test_resume_of_a_finished_run_says_so_and_validates(tmp_path, capsys):
+    ckpt = tmp_path / "done.pt"
+    train(_args(tmp_path, "--batch-size", "512", "--steps", "3", "--checkpoint", str(ckpt)))
+    capsys.readouterr()
+    result = train(_args(tmp_path, "--batch-size", "512", "--steps", "3", "--resume", str(ckpt)))
+    assert result["steps"] == 3 and result["validation"]["step"] == 3 and 0 < result["validation"]["auc"] < 1
+    assert "nothing to train" in capsys.readouterr().err
+
+
+def test_damaged_checkpoints_are_named(tmp_path):
+    """A truncated file, a text file and a file holding a tensor: one ValueError naming the path."""
+    from fusedmlp.dlrm.train import load_checkpoint
+
+    good = tmp_path / "good.pt"
+    train(_args(tmp_path, "--batch-size", "512", "--steps", "1", "--checkpoint", str(good)))
+    truncated, text, tensor = tmp_path / "truncated.pt", tmp_path / "text.pt", tmp_path / "tensor.pt"
+    truncated.write_bytes(good.read_bytes()[:20000])
+    text.write_text("not a checkpoint\n")
+    torch.save(torch.zeros(3), tensor)
+    for path in (truncated, text, tensor):
+        with pytest.raises(ValueError, match=f"{path.name}: not a readable fusedmlp DLRM checkpoint"):
+            load_checkpoint(path)
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+        load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_eval_checks_its_arguments(tmp_path):
+    for bad, message in ((["--eval-batch-size", "0"], "--eval-batch-size must be at least 1"),
+                         (["--val-fraction", "1.5"], "--val-fraction must be in")):
+        with pytest.raises(SystemExit, match=message):
+            evaluate_checkpoint(_eval_args(tmp_path / "unread.pt", *bad))

@@ -414,6 +414,11 @@ def main(argv=None) -> int:
         return args.func(args)
     try:  # the data commands meet users' files: a bad file or argument is a message, not a traceback
         return args.func(args)
+    except SystemExit as refusal:  # the trainer's checks refuse with a message (argparse's exits carry a number)
+        if not isinstance(refusal.code, str):
+            raise
+        print(f"fusedmlp dlrm {args.dlrm_command}: error: {refusal.code}", file=sys.stderr)
+        return 2
     except (ValueError, OSError, EOFError) as error:
         print(f"fusedmlp dlrm {args.dlrm_command}: error: {error} (FUSEDMLP_TRACEBACK=1 shows where)",
               file=sys.stderr)

@@ -10,12 +10,14 @@ Data-parallel on several GPUs (or CPU processes): ``torchrun --nproc-per-node N 
 fusedmlp.dlrm.train ...`` or ``fusedmlp dlrm train --nproc N ...``; ``--batch-size`` is then
 per rank, each rank trains on its share of every global batch (see ``parallel.py``), metrics
 are computed over all ranks' predictions, and rank 0 writes the checkpoints. A checkpoint
-records how many rows of the epoch were consumed, so it resumes on any number of ranks.
+records how many rows of the epoch were consumed, so it resumes on any number of ranks whose
+batches make the same global batch (a resume keeps the global batch, optimizer and lr).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -29,13 +31,14 @@ import torch
 
 from .._cuda_graph import capture_cuda_graph
 from .._distributed import exit_rank
-from .data import DEFAULT_MAX_ROWS, load_data
+from .data import DEFAULT_MAX_ROWS, METADATA_NAME, NUM_CATEGORICAL, load_data
 from .metrics import click_metrics
 from .model import DLRM, DLRMConfig
 from .parallel import DataParallel, launched_by_torchrun
 
 IMPL_CHOICES = ("auto", "eager", "compile", "fused")
 CHECKPOINT_VERSION = 3  # 3: progress counts the rows of the epoch consumed ("position"); 2 is read too
+CHECKPOINT_KEYS = ("config", "model", "optimizer", "progress", "args", "rng")
 
 
 def _device(name: str) -> torch.device:
@@ -89,6 +92,61 @@ def autocast_forward(forward, device: torch.device):
 def _check_tables(data, config: DLRMConfig) -> None:
     if tuple(config.cardinalities) != tuple(data.cardinalities):
         raise SystemExit(f"the data's table sizes {data.cardinalities} differ from the model's {config.cardinalities}")
+
+
+def data_index(data) -> dict:
+    """How ``data``'s categoricals became table indices: ``{"kind": "hash"}`` for a TSV (hashed
+    with the model's table sizes as it loads) or a hash-indexed folder; for a vocab-indexed folder
+    also a digest of its vocabulary, which the table sizes alone do not pin down."""
+    folder = Path(data.source)
+    if not folder.is_dir():
+        return {"kind": "hash"}
+    kind = json.loads((folder / METADATA_NAME).read_text())["index"]["kind"]
+    if kind != "vocab":
+        return {"kind": kind}
+    digest = hashlib.sha256()
+    with np.load(folder / "vocab.npz") as vocab:
+        for j in range(NUM_CATEGORICAL):
+            values = np.ascontiguousarray(vocab[f"cat_{j}"], dtype=np.int64)
+            digest.update(f"cat_{j}:{len(values)};".encode())
+            digest.update(values.tobytes())
+    return {"kind": "vocab", "vocab_sha256": digest.hexdigest()}
+
+
+def _check_data_index(checkpoint: dict, data, path, warn: bool = True) -> dict:
+    """The data's index (``data_index``), refused unless it is the one ``checkpoint`` was
+    trained on: other indices give the same table sizes but rows that mean other values.
+    A checkpoint from before the index was recorded passes, with a warning."""
+    index = data_index(data)
+    trained = checkpoint["args"].get("data_index")
+    if trained is None:
+        if warn:
+            print(f"warning: {path} does not record how its training data was indexed (an older checkpoint): "
+                  f"make sure {data.source} is indexed the same way (hash, or the same vocabulary)", file=sys.stderr)
+    elif trained != index:
+        def name(i):
+            return "hash-indexed" if i["kind"] == "hash" else f"indexed by vocabulary {i['vocab_sha256'][:12]}"
+        raise SystemExit(f"{path} was trained on {name(trained)} data, but {data.source} is {name(index)} "
+                         f"(a TSV file is always hash-indexed): use data indexed the way it was trained")
+    return index
+
+
+def _check_resume_args(checkpoint: dict, args, world: int, path) -> None:
+    """A resumed run continues the checkpoint's exactly, so it takes the same optimizer (whose
+    state it loads), learning rate and global batch (the step budget counts batches of it)."""
+    trained = checkpoint["args"]
+    trained_batch = trained["batch_size"] * trained.get("world_size", 1)
+    wanted = []
+    if args.optimizer != trained["optimizer"]:
+        wanted.append(f"--optimizer {trained['optimizer']}")
+    if args.lr != trained["lr"]:
+        wanted.append(f"--lr {trained['lr']}")
+    if args.batch_size * world != trained_batch:
+        wanted.append(f"--batch-size {trained_batch // world}" if trained_batch % world == 0 else
+                      f"a global batch of {trained_batch} rows (--batch-size x processes)")
+    if wanted:
+        raise SystemExit(f"--resume {path}: a resumed run continues exactly as it was trained; resume with "
+                         f"{', '.join(wanted)}{f' on {world} processes' if world > 1 else ''}")
 
 
 class DLRMOptimizer:
@@ -262,7 +320,17 @@ def save_checkpoint(path, model, optimizer, progress: dict, args: dict) -> None:
 
 
 def load_checkpoint(path) -> dict:
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    """A checkpoint written by ``save_checkpoint`` (version 2 or 3); anything else (a damaged or
+    foreign file) raises one ValueError naming ``path``. A missing file raises FileNotFoundError."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    unreadable = f"{path}: not a readable fusedmlp DLRM checkpoint"
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # torch.load's errors for a damaged file range from OSError to pickle's
+        raise ValueError(f"{unreadable} (torch.load cannot read it: damaged, or another format)") from error
+    if not isinstance(state, dict) or any(key not in state for key in CHECKPOINT_KEYS):
+        raise ValueError(f"{unreadable} (it holds no DLRM training state)")
     if state.get("version") == 2:  # progress counted batches of the epoch; now rows
         progress = state["progress"]
         progress["position"] = progress.pop("step_in_epoch") * state["args"]["batch_size"]
@@ -303,12 +371,15 @@ def train(args) -> dict:
     impl = resolve_impl(args.impl, device)
     use_graph = resolve_cuda_graph(args.cuda_graph, impl, device)  # before any work: it may refuse
     resume = load_checkpoint(args.resume) if args.resume else None
+    if resume:
+        _check_resume_args(resume, args, parallel.world, args.resume)
     seed = resume["args"]["seed"] if resume else args.seed
     torch.manual_seed(seed)
     cardinalities = resume["config"]["cardinalities"] if resume else None
     data = load_data(args.data, max_rows=args.max_rows, val_fraction=args.val_fraction, cardinalities=cardinalities)
     if main and data.report is not None and data.report.malformed:
         print(f"data: {data.report.summary()}", file=sys.stderr)
+    source_index = _check_data_index(resume, data, args.resume, warn=main) if resume else data_index(data)
     if resume:
         config = DLRMConfig.from_dict(resume["config"])
     else:
@@ -348,6 +419,19 @@ def train(args) -> dict:
     bar = tqdm(total=total_steps, initial=progress["step"], desc=f"dlrm {impl}", unit="step",
                disable=args.quiet or not main, dynamic_ncols=True)
     running, seen, started = None, 0, time.perf_counter()
+
+    def validate():
+        metrics = dict(evaluate(forward, val_t, args.eval_batch_size, parallel), step=progress["step"])
+        history.append(metrics)
+        if main:
+            bar.write(f"step {progress['step']}: val auc {metrics['auc']:.4f}  log loss "
+                      f"{metrics['log_loss']:.4f}  accuracy {metrics['accuracy']:.4f}")
+
+    if progress["step"] >= total_steps:  # a resumed run that is already done: say so, and validate it
+        if main:
+            bar.write(f"--resume {args.resume}: the run is already at step {progress['step']} of the "
+                      f"{total_steps} asked: nothing to train; validating it", file=sys.stderr)
+        validate()
     order = None
     while progress["step"] < total_steps:
         if order is None or progress["position"] == 0:
@@ -373,15 +457,11 @@ def train(args) -> dict:
         bar.update()
         at_end = progress["step"] == total_steps
         if at_end or (args.val_every and progress["step"] % args.val_every == 0):
-            metrics = dict(evaluate(forward, val_t, args.eval_batch_size, parallel), step=progress["step"])
-            history.append(metrics)
-            if main:
-                bar.write(f"step {progress['step']}: val auc {metrics['auc']:.4f}  log loss "
-                          f"{metrics['log_loss']:.4f}  accuracy {metrics['accuracy']:.4f}")
+            validate()
         if args.checkpoint and (at_end or (args.save_every and progress["step"] % args.save_every == 0)):
             if main:
                 save_checkpoint(args.checkpoint, model, optimizer, progress,
-                                _run_args(args, seed, impl, parallel, graphed is not None))
+                                _run_args(args, seed, impl, parallel, graphed is not None, source_index))
             parallel.barrier()
     bar.close()
     if profiler is not None:
@@ -405,17 +485,20 @@ def train(args) -> dict:
     return result
 
 
-def _run_args(args, seed, impl, parallel: DataParallel, cuda_graph: bool) -> dict:
+def _run_args(args, seed, impl, parallel: DataParallel, cuda_graph: bool, index: dict) -> dict:
     return {"seed": seed, "impl": impl, "batch_size": args.batch_size, "optimizer": args.optimizer, "lr": args.lr,
-            "data": None if args.data is None else str(args.data), "sparse": args.sparse, "amp": args.amp,
-            "cuda_graph": cuda_graph, "world_size": parallel.world}
+            "data": None if args.data is None else str(args.data), "data_index": index, "sparse": args.sparse,
+            "amp": args.amp, "cuda_graph": cuda_graph, "world_size": parallel.world}
 
 
 def evaluate_checkpoint(args) -> dict:
+    """Validation metrics of the checkpoint ``args.checkpoint`` (the CLI's eval command)."""
+    check_eval_args(args)
     device = _device(args.device)
     state = load_checkpoint(args.checkpoint)
     config = DLRMConfig.from_dict(state["config"])
     data = load_data(args.data, val_fraction=args.val_fraction, cardinalities=config.cardinalities)
+    _check_data_index(state, data, args.checkpoint)  # before the sizes: the likelier cause, named
     _check_tables(data, config)
     model, forward = build_model(config, resolve_impl(args.impl, device), device)
     model.load_state_dict(state["model"])
@@ -478,16 +561,26 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                              "started through torchrun; --batch-size is then per process (default 1)")
 
 
-def check_train_args(args) -> None:
-    for name in ("batch_size", "epochs", "eval_batch_size", "log_every"):
+def _check_at_least_one(args, names) -> None:
+    for name in names:
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be at least 1")
+
+
+def check_eval_args(args) -> None:
+    """The arguments eval shares with train (train checks them too)."""
+    _check_at_least_one(args, ("eval_batch_size",))
+    if not 0 <= args.val_fraction < 1:
+        raise SystemExit("--val-fraction must be in [0, 1)")
+
+
+def check_train_args(args) -> None:
+    check_eval_args(args)
+    _check_at_least_one(args, ("batch_size", "epochs", "log_every"))
     if args.steps is not None and args.steps < 1:
         raise SystemExit("--steps must be at least 1")
     if args.lr <= 0 or not math.isfinite(args.lr):
         raise SystemExit("--lr must be a positive number")
-    if not 0 <= args.val_fraction < 1:
-        raise SystemExit("--val-fraction must be in [0, 1)")
     if args.nproc < 1:
         raise SystemExit("--nproc must be at least 1")
     on_gpus = args.device.startswith("cuda") or (args.device == "auto" and torch.cuda.is_available())
