@@ -61,6 +61,20 @@ def test_gzip_and_plain_read_the_same_and_chunks_concatenate(tmp_path):
     (_line(cats=["zz"] + ["a"] * 25), "categorical feature 1"),
     (_line(cats=["a"] * 25 + ["123456789"]), "categorical feature 26"),  # 9 hex digits: not 32-bit
     (_line(cats=["-a"] + ["a"] * 25), "categorical feature 1"),
+    # what int() takes but the format does not: signs, spaces, '_', a 0x prefix, other scripts' digits
+    (_line(cats=[" -1"] + ["a"] * 25), "categorical feature 1"),
+    (_line(cats=["a"] * 2 + ["ab_cd"] + ["a"] * 23), "categorical feature 3"),
+    (_line(cats=[" 0X1f"] + ["a"] * 25), "categorical feature 1"),
+    (_line(cats=["a"] * 25 + ["abcd12 "]), "categorical feature 26"),  # trailing space: same rule as...
+    (_line(cats=["a"] * 25 + ["00000012   "]), "categorical feature 26"),
+    (_line(dense=["1"] * 12 + ["5 "]), "integer feature 13"),  # ...for counts
+    (_line(dense=["1_000"] + ["1"] * 12), "integer feature 1"),
+    (_line(dense=["\u0661\u0662"] + ["1"] * 12), "integer feature 1"),  # Arabic-Indic 12
+    (_line(dense=["+5"] + ["1"] * 12), "integer feature 1"),
+    (_line(dense=["-"] + ["1"] * 12), "integer feature 1"),
+    (_line(dense=["1"] * 4 + [str(2**63)] + ["1"] * 8), "integer feature 5 is 9223372036854775808, out of"),
+    (_line(dense=["1"] * 4 + [str(-2**63 - 1)] + ["1"] * 8), "integer feature 5"),
+    (_line(dense=["9" * 5000] + ["1"] * 12), "out of the 64-bit range"),
 ])
 def test_malformed_lines_are_counted_with_line_numbers_or_fail_strict(tmp_path, bad, reason):
     path = _write(tmp_path / "m.tsv", [_line(), bad, "\n", _line(label="0")])
@@ -72,6 +86,95 @@ def test_malformed_lines_are_counted_with_line_numbers_or_fail_strict(tmp_path, 
     assert "line 2" in report.summary()
     with pytest.raises(data.MalformedLineError, match="line 2"):
         _read_all(path, strict=True)
+
+
+def test_accepts_every_width_case_and_the_int64_range(tmp_path):
+    rng = np.random.default_rng(7)
+    hashes = rng.integers(0, 2**32, (30, 26))
+    counts = rng.integers(-2**63, 2**63 - 1, (30, 13), endpoint=True)
+    counts[0, :4] = [-2**63, 2**63 - 1, 10**18, -10**18]  # the ends, and 19 digits
+    lines = []
+    for i in range(30):
+        cats = [format(int(v), "x").zfill(int(w)) for v, w in zip(hashes[i], rng.integers(1, 9, 26))]
+        cats = [c.upper() if rng.random() < 0.5 else c for c in cats]
+        lines.append(_line(str(i % 2), [str(v) for v in counts[i]], cats).replace("\n", "\r\n" if i % 3 else "\n"))
+    lines[5] = lines[5].replace("\t" + str(counts[5, 0]) + "\t", "\t-00000000000000000000042\t", 1)
+    counts[5, 0] = -42  # leading zeros: more than 19 digits, in range
+    report = data.ParseReport()
+    labels, dense, cats = _read_all(_write(tmp_path / "w.tsv", lines), report=report)
+    assert report.malformed == 0
+    assert np.array_equal(dense, counts) and np.array_equal(cats, hashes)
+
+
+def test_undecodable_line_is_malformed_and_truncated_gzip_names_the_file(tmp_path):
+    labels, dense, cats = data.synthesize(300, seed=4)
+    data.write_tsv(tmp_path / "s.tsv", labels, dense, cats)
+    raw = (tmp_path / "s.tsv").read_bytes().split(b"\n")
+    raw[6] = raw[6].replace(b"\t", b"\t\xe9", 1)  # Latin-1 in line 7
+    (tmp_path / "latin1.tsv").write_bytes(b"\n".join(raw))
+    report = data.ParseReport()
+    got, _, _ = _read_all(tmp_path / "latin1.tsv", report=report)
+    assert report.malformed == 1 and report.examples[0][0] == 7 and "UTF-8" in report.examples[0][1]
+    assert np.array_equal(got, np.delete(labels, 6))
+    with pytest.raises(data.MalformedLineError, match="line 7: not UTF-8"):
+        _read_all(tmp_path / "latin1.tsv", strict=True)
+
+    whole = gzip.compress((tmp_path / "s.tsv").read_bytes())
+    (tmp_path / "cut.tsv.gz").write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(EOFError, match=r"cut\.tsv\.gz: the gzip data ends after line \d+"):
+        data.preprocess(tmp_path / "cut.tsv.gz", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("content", ["", "\n\n", _line().replace("1\t", "label\t", 1)])
+def test_preprocess_of_a_file_without_good_lines_makes_no_folder(tmp_path, content):
+    path = _write(tmp_path / "e.tsv", [content])
+    with pytest.raises(ValueError, match="no good lines"):
+        data.preprocess(path, tmp_path / "a" / "out")
+    assert not (tmp_path / "a").exists()
+
+
+def test_reused_out_folder_holds_only_the_new_run(tmp_path):
+    pytest.importorskip("pyarrow")
+    labels, dense, cats = data.synthesize(200, seed=8)
+    data.write_tsv(tmp_path / "in.tsv", labels, dense, cats)
+    out = tmp_path / "out"
+    data.preprocess(tmp_path / "in.tsv", out, index="vocab", val_fraction=0.25)
+    (out / "val.parquet").rename(tmp_path / "old_val.parquet")  # kept to plant below
+    data.preprocess(tmp_path / "in.tsv", out, index="vocab", val_fraction=0.25)
+    meta = data.preprocess(tmp_path / "in.tsv", out, index="hash", val_fraction=0.0)
+    assert meta["rows"] == {"train": 200, "val": 0}
+    assert sorted(p.name for p in out.iterdir()) == ["metadata.json", "train.parquet"]  # old val, vocab gone
+    assert len(data.load_preprocessed(out).val) == 0
+
+    (tmp_path / "old_val.parquet").rename(out / "val.parquet")  # a stray split metadata does not list
+    loaded = data.load_preprocessed(out)
+    assert len(loaded.train) == 200 and len(loaded.val) == 0
+    saved = json.loads((out / "metadata.json").read_text())
+    (out / "metadata.json").write_text(json.dumps(dict(saved, rows={"train": 150, "val": 50})))
+    with pytest.raises(ValueError, match=r"train\.parquet has 200 rows where metadata\.json lists 150"):
+        data.load_preprocessed(out)
+    (out / "val.parquet").unlink()
+    (out / "metadata.json").write_text(json.dumps(dict(saved, rows={"train": 200, "val": 50})))
+    with pytest.raises(FileNotFoundError, match=r"val\.parquet is missing"):
+        data.load_preprocessed(out)
+
+
+def test_vocab_cap_gives_max_rows_tables_when_missing_is_frequent(tmp_path):
+    pytest.importorskip("pyarrow")
+    labels, dense, cats = data.synthesize(400, seed=12, missing=0.4)  # -1: often the top count
+    data.write_tsv(tmp_path / "in.tsv", labels, dense, cats)
+    meta = data.preprocess(tmp_path / "in.tsv", tmp_path / "out", index="vocab", max_rows=10)
+    distinct = [len(np.unique(cats[cats[:, j] >= 0, j])) for j in range(26)]
+    assert meta["cardinalities"] == [min(n, 9) + 1 for n in distinct]
+    assert max(distinct) > 9  # the cap was hit
+    vocab = np.load(tmp_path / "out" / "vocab.npz")
+    for j in range(26):  # the 9 most frequent values (ties by value), missing not among them
+        values, counts = np.unique(cats[cats[:, j] >= 0, j], return_counts=True)
+        top = values[np.lexsort((values, -counts))][:9]
+        assert vocab[f"cat_{j}"].tolist() == top.tolist()
+    counts = [{-1: 50, 3: 5, 4: 4, 5: 3}] + [{}] * 25
+    assert data.VocabIndexer.from_counts(counts, 1, max_values=2).vocabularies[0].tolist() == [3, 4]
 
 
 def test_dense_transform_and_hash_index():

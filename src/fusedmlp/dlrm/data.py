@@ -16,10 +16,14 @@ Model inputs (``transform_dense``, ``HashIndexer`` / ``VocabIndexer``):
     ``min_freq`` times get 1..n by descending frequency; unknown, rare and missing values get
     the reserved index 0).
 
-A malformed line (wrong field count, a label other than 0/1, a non-integer count, a
-categorical that is not at most 8 hex digits) is never mis-parsed: it is skipped and counted,
-with its line number and reason kept for the report, or, with ``strict=True``, raises
-``MalformedLineError`` naming the line.
+Each field is its value exactly: a count is an optional '-' and ASCII digits (within int64), a
+categorical 1 to 8 hex digits (either case); a space or any other character around or inside a
+value is not trimmed. Only the line ending (\n or \r\n) is removed; blank lines are ignored.
+A malformed line (wrong field count, a label other than 0/1, a count or categorical not of
+that form, bytes that are not UTF-8) is never mis-parsed: it is skipped and counted, with its
+line number and reason kept for the report, or, with ``strict=True``, raises
+``MalformedLineError`` naming the file and line. A damaged gzip stream (a truncated file)
+raises an error naming the file.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional
@@ -45,6 +51,8 @@ KAGGLE_CARDINALITIES = (
 DEFAULT_MAX_ROWS = 2_000_000  # table rows cap (the targets' Kaggle-size model)
 SAMPLE_PATH = Path(__file__).with_name("sample") / "criteo_sample.tsv.gz"
 METADATA_NAME = "metadata.json"
+VOCAB_NAME = "vocab.npz"
+SPLITS = ("train", "val")  # written as f"{split}.parquet"
 FORMAT_VERSION = 1
 
 
@@ -74,19 +82,55 @@ class ParseReport:
         return f"{self.good} lines read, {self.malformed} malformed lines skipped{more}: {shown}"
 
 
-def open_text(path):
-    """A text stream of a plain or gzip file (told apart by the gzip magic bytes, not the name)."""
+def open_raw(path):
+    """A binary stream of a plain or gzip file (told apart by the gzip magic bytes, not the name)."""
     path = Path(path)
     with open(path, "rb") as probe:
         magic = probe.read(2)
-    if magic == b"\x1f\x8b":
-        return gzip.open(path, "rt", encoding="utf-8", newline="\n")
-    return open(path, "r", encoding="utf-8", newline="\n")
+    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
-def _parse_line(line: str):
+def _numbered_lines(path):
+    """(line number, bytes) of each line; a damaged gzip stream raises an error naming the file
+    (the gzip module's own names neither file nor line)."""
+    number = 0
+    with open_raw(path) as stream:
+        try:
+            for number, line in enumerate(stream, start=1):
+                yield number, line
+        except EOFError:
+            raise EOFError(f"{path}: the gzip data ends after line {number}, before its end marker "
+                           "(a truncated or partly copied file)") from None
+        except (gzip.BadGzipFile, zlib.error) as exc:
+            raise ValueError(f"{path}: damaged gzip data after line {number}: {exc}") from None
+
+
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
+DENSE_FIELD = re.compile(r"-?[0-9]+")  # [0-9], not \d: no other scripts' digits
+CATEGORICAL_FIELD = re.compile(r"[0-9a-fA-F]{1,8}")
+# A line in the format whose counts have at most 18 digits (so fit int64): the fast path, one match
+# per line; any other line goes through _parse_fields for its reason (or a 19-digit count).
+PLAIN_LINE = re.compile(rb"[01](?:\t(?:-?[0-9]{1,18})?){%d}(?:\t[0-9a-fA-F]{0,8}){%d}"
+                        % (NUM_DENSE, NUM_CATEGORICAL))
+
+
+def _parse_line(line: bytes):
     """(label, dense list, cat list) of one line, or raises ValueError with the reason."""
-    fields = line.rstrip("\r\n").split("\t")
+    line = line.rstrip(b"\r\n")
+    if PLAIN_LINE.fullmatch(line) is None:
+        return _parse_fields(line)
+    fields = line.split(b"\t")
+    return (int(fields[0]), [int(text) if text else 0 for text in fields[1:1 + NUM_DENSE]],
+            [int(text, 16) if text else -1 for text in fields[1 + NUM_DENSE:]])
+
+
+def _parse_fields(line: bytes):
+    """_parse_line field by field: the reason a line is malformed, or the values of a good one."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text (byte {exc.start + 1} of the line)") from None
+    fields = text.split("\t")
     if len(fields) != NUM_FIELDS:
         raise ValueError(f"{len(fields)} tab-separated fields, expected {NUM_FIELDS}")
     label = fields[0]
@@ -98,22 +142,18 @@ def _parse_line(line: str):
         if not text:
             dense.append(0)
             continue
-        try:
-            dense.append(int(text))
-        except ValueError:
-            raise ValueError(f"integer feature {j} is {text!r}, not an integer") from None
+        if DENSE_FIELD.fullmatch(text) is None:
+            raise ValueError(f"integer feature {j} is {text!r}, not an integer")
+        # more than 19 significant digits is out of range (and int() of a huge string is slow)
+        if len(text.lstrip("-0")) > 19 or not INT64_MIN <= int(text) <= INT64_MAX:
+            raise ValueError(f"integer feature {j} is {text}, out of the 64-bit range")
+        dense.append(int(text))
     cats = []
     for j in range(1 + NUM_DENSE, NUM_FIELDS):
         text = fields[j]
-        if not text:
-            cats.append(-1)
-            continue
-        try:
-            if len(text) > 8 or text[0] in "+-" or text.startswith(("0x", "0X")):
-                raise ValueError
-            cats.append(int(text, 16))
-        except ValueError:
-            raise ValueError(f"categorical feature {j - NUM_DENSE} is {text!r}, not a 32-bit hex hash") from None
+        if text and CATEGORICAL_FIELD.fullmatch(text) is None:
+            raise ValueError(f"categorical feature {j - NUM_DENSE} is {text!r}, not a 32-bit hex hash")
+        cats.append(int(text, 16) if text else -1)
     return int(label), dense, cats
 
 
@@ -128,24 +168,23 @@ def read_criteo(path, chunk_rows: int = 65536, strict: bool = False,
         raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
     report = report if report is not None else ParseReport()
     labels, dense, cats = [], [], []
-    with open_text(path) as stream:
-        for number, line in enumerate(stream, start=1):
-            if not line.strip():
-                continue
-            try:
-                label, d, c = _parse_line(line)
-            except ValueError as exc:
-                if strict:
-                    raise MalformedLineError(f"{path}: line {number}: {exc}") from None
-                report.add(number, str(exc))
-                continue
-            labels.append(label)
-            dense.append(d)
-            cats.append(c)
-            report.good += 1
-            if len(labels) == chunk_rows:
-                yield _chunk(labels, dense, cats)
-                labels, dense, cats = [], [], []
+    for number, line in _numbered_lines(path):
+        if not line.strip():
+            continue
+        try:
+            label, d, c = _parse_line(line)
+        except ValueError as exc:
+            if strict:
+                raise MalformedLineError(f"{path}: line {number}: {exc}") from None
+            report.add(number, str(exc))
+            continue
+        labels.append(label)
+        dense.append(d)
+        cats.append(c)
+        report.good += 1
+        if len(labels) == chunk_rows:
+            yield _chunk(labels, dense, cats)
+            labels, dense, cats = [], [], []
     if labels:
         yield _chunk(labels, dense, cats)
 
@@ -195,12 +234,14 @@ class VocabIndexer:
             self._sorted.append((vocab[order], order + 1))
 
     @classmethod
-    def from_counts(cls, counts, min_freq: int) -> "VocabIndexer":
+    def from_counts(cls, counts, min_freq: int, max_values: Optional[int] = None) -> "VocabIndexer":
+        """Per feature a ``{value: count}``; ``max_values`` keeps the most frequent. Missing (-1)
+        is left out before the cut: it has index 0, not a slot of its own."""
         vocabularies = []
         for feature_counts in counts:
             kept = [(-n, v) for v, n in feature_counts.items() if n >= min_freq and v >= 0]
             kept.sort()
-            vocabularies.append([v for _, v in kept])
+            vocabularies.append([v for _, v in kept[:max_values]])
         return cls(vocabularies, min_freq)
 
     def __call__(self, cats: np.ndarray) -> np.ndarray:
@@ -261,7 +302,11 @@ def preprocess(path, out_dir, *, index: str = "hash", max_rows: int = DEFAULT_MA
     ``1 - val_fraction`` of the good lines train, the rest validate (no overlap).
     ``index="hash"``: table size of a feature = min(distinct values seen + 1, max_rows).
     ``index="vocab"``: the ``min_freq`` vocabulary (written to ``vocab.npz``), capped at
-    ``max_rows - 1`` values per feature (the most frequent).
+    ``max_rows - 1`` values per feature (the most frequent), so tables of at most ``max_rows``.
+
+    ``out_dir`` is created once the first read has found good lines. In a reused folder the
+    files of an earlier run are removed first (a split or vocabulary this run does not write
+    would otherwise be loaded with its metadata).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -273,21 +318,18 @@ def preprocess(path, out_dir, *, index: str = "hash", max_rows: int = DEFAULT_MA
     if max_rows < 2 or min_freq < 1:
         raise ValueError("max_rows must be at least 2 and min_freq at least 1")
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     rows, per_feature, report = _count_pass(path, index, chunk_rows, strict, progress)
     if rows == 0:
         raise ValueError(f"{path}: no good lines ({report.summary()})")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # metadata first: a run that fails from here on leaves no folder that loads
+    for name in (METADATA_NAME, VOCAB_NAME) + tuple(f"{split}.parquet" for split in SPLITS):
+        (out_dir / name).unlink(missing_ok=True)
     if index == "hash":
         indexer = HashIndexer([min(len(s) + 1, max_rows) for s in per_feature])
     else:
-        capped = []
-        for counts in per_feature:
-            if len(counts) >= max_rows:
-                top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:max_rows - 1]
-                counts = dict(top)
-            capped.append(counts)
-        indexer = VocabIndexer.from_counts(capped, min_freq)
-        np.savez_compressed(out_dir / "vocab.npz", **{f"cat_{j}": v for j, v in enumerate(indexer.vocabularies)})
+        indexer = VocabIndexer.from_counts(per_feature, min_freq, max_values=max_rows - 1)
+        np.savez_compressed(out_dir / VOCAB_NAME, **{f"cat_{j}": v for j, v in enumerate(indexer.vocabularies)})
     train_rows = rows - int(round(rows * val_fraction))
     writers = {}
     position = 0
@@ -372,7 +414,8 @@ def load_tsv(path, *, max_rows: int = DEFAULT_MAX_ROWS, val_fraction: float = 0.
 
 
 def load_preprocessed(directory) -> Dataset:
-    """The train and val splits of a ``preprocess`` output folder."""
+    """The train and val splits of a ``preprocess`` output folder: those ``metadata.json`` gives
+    rows (another parquet file there is not this run's), each checked against its row count."""
     import pyarrow.parquet as pq
 
     directory = Path(directory)
@@ -382,14 +425,22 @@ def load_preprocessed(directory) -> Dataset:
     metadata = json.loads(meta_path.read_text())
     if metadata.get("format") != FORMAT_VERSION:
         raise ValueError(f"{meta_path}: format {metadata.get('format')} is not {FORMAT_VERSION}")
+    rows = metadata.get("rows")
+    if not isinstance(rows, dict) or not all(isinstance(rows.get(name), int) for name in SPLITS):
+        raise ValueError(f"{meta_path}: no row counts for the {' and '.join(SPLITS)} splits")
     splits = {}
-    for name in ("train", "val"):
+    for name in SPLITS:
         file = directory / f"{name}.parquet"
-        if not file.exists():
+        if rows[name] == 0:
             splits[name] = Split(np.zeros(0, np.float32), np.zeros((0, NUM_DENSE), np.float32),
                                  np.zeros((0, NUM_CATEGORICAL), np.int64))
             continue
+        if not file.exists():
+            raise FileNotFoundError(f"{file} is missing: {METADATA_NAME} lists {rows[name]} {name} rows")
         table = pq.read_table(file)
+        if table.num_rows != rows[name]:
+            raise ValueError(f"{file} has {table.num_rows} rows where {METADATA_NAME} lists {rows[name]}: "
+                             "files of different preprocess runs; run preprocess again")
         labels = table.column("label").to_numpy().astype(np.float32)
         dense = np.stack([table.column(f"dense_{j}").to_numpy() for j in range(NUM_DENSE)], 1).astype(np.float32)
         cats = np.stack([table.column(f"cat_{j}").to_numpy() for j in range(NUM_CATEGORICAL)], 1).astype(np.int64)
