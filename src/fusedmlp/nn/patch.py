@@ -143,14 +143,19 @@ class PatchedGEGLU(nn.Module):
         self.recompute = recompute
 
     tp_mesh = None  # the device mesh once ``tensor_parallel`` has sharded this block
+    _proj_seen = None  # the proj _fusable was established for
+    _fusable = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tp_mesh is not None:
             return tensor_parallel_forward(self, x)
-        if not is_plain_linear(self.proj):  # wrapped since (a PEFT LoRA layer): what the block computes
-            hidden, gate = self.proj(x).chunk(2, dim=-1)
+        proj = self._modules["proj"]
+        if proj is not self._proj_seen:  # checked again when proj is replaced
+            self._proj_seen, self._fusable = proj, is_plain_linear(proj)
+        if not self._fusable:  # wrapped since (a PEFT LoRA layer): what the block computes
+            hidden, gate = proj(x).chunk(2, dim=-1)
             return hidden * F.gelu(gate, approximate="tanh" if self.activation == "gelu_tanh" else "none")
-        return geglu(x, self.proj.weight, self.proj.bias, recompute=self.recompute, activation=self.activation)
+        return geglu(x, proj.weight, proj.bias, recompute=self.recompute, activation=self.activation)
 
     def extra_repr(self) -> str:
         return f"activation={self.activation}, recompute={self.recompute}"

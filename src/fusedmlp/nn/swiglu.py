@@ -48,14 +48,19 @@ class SwiGLU(nn.Module):
         return layer
 
     tp_mesh = None  # the device mesh once ``tensor_parallel`` has sharded this layer
+    _projections_seen = ()  # the projections _fusable was established for
+    _fusable = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tp_mesh is not None:
             return tensor_parallel_forward(self, x)
-        gate, up, down = self.gate_proj, self.up_proj, self.down_proj
-        if not (is_plain_linear(gate) and is_plain_linear(up) and is_plain_linear(down)) \
-                or gate.bias is not None or up.bias is not None or down.bias is not None:
-            # a projection wrapped since (a PEFT LoRA layer) or given a bias: what the block computes
+        modules = self._modules
+        projections = (modules["gate_proj"], modules["up_proj"], modules["down_proj"])
+        if projections != self._projections_seen:  # checked again when a projection is replaced (a few us)
+            self._projections_seen = projections
+            self._fusable = all(is_plain_linear(p) and p.bias is None for p in projections)
+        gate, up, down = projections
+        if not self._fusable:  # a projection wrapped since (a PEFT LoRA layer): what the block computes
             return down(F.silu(gate(x)) * up(x))
         return swiglu(x, gate.weight, up.weight, down.weight, recompute=self.recompute)
 
