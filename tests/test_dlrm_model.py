@@ -190,6 +190,18 @@ def test_profile_writes_one_chrome_trace(tmp_path, capsys):
     assert "no trace written" in capsys.readouterr().err
 
 
+def test_metrics_json_is_strict(tmp_path):
+    """Without validation rows the metrics are not numbers: null in --metrics-out, not NaN."""
+    out = tmp_path / "m.json"
+    train(_args(tmp_path, "--batch-size", "256", "--steps", "2", "--val-fraction", "0", "--metrics-out", str(out)))
+
+    def refuse(constant):
+        raise ValueError(f"{constant} in the metrics file")
+
+    validation = json.loads(out.read_text(), parse_constant=refuse)["validation"]
+    assert validation["rows"] == 0 and validation["auc"] is None and validation["log_loss"] is None
+
+
 def test_cuda_graph_choice():
     """--cuda-graph: auto (default) captures the fused step on a GPU only; the bare flag means on;
     on without a GPU is refused before any work."""

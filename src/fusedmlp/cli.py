@@ -237,13 +237,11 @@ def cmd_dlrm_train(args) -> int:
 
 
 def cmd_dlrm_eval(args) -> int:
-    import json
-
     if args.impl in ("auto", "fused"):
         _prepare_backend()
-    from fusedmlp.dlrm.train import evaluate_checkpoint
+    from fusedmlp.dlrm.train import evaluate_checkpoint, metrics_json
 
-    print(json.dumps(evaluate_checkpoint(args), indent=2))
+    print(metrics_json(evaluate_checkpoint(args)))
     return 0
 
 

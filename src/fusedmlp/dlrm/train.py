@@ -295,6 +295,21 @@ def evaluate(forward, split_tensors, batch_size: int, parallel: DataParallel | N
     return click_metrics(labels.cpu().numpy(), probabilities.cpu().numpy())
 
 
+def metrics_json(result) -> str:
+    """``result`` as strict JSON: a metric that is not a number (the AUC of a split without both
+    labels, any metric of an empty split) is null, not the bare NaN that JSON parsers refuse."""
+    def strict(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {k: strict(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [strict(v) for v in value]
+        return value
+
+    return json.dumps(strict(result), indent=2, allow_nan=False)
+
+
 def _rng_state():
     state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
     if torch.cuda.is_available():
@@ -481,7 +496,7 @@ def train(args) -> dict:
     }
     if args.metrics_out and main:
         Path(args.metrics_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.metrics_out).write_text(json.dumps(result, indent=2))
+        Path(args.metrics_out).write_text(metrics_json(result))
     return result
 
 
@@ -619,7 +634,7 @@ def train_and_report(args, train_argv: list[str] | None = None) -> int:
         if launched_by_torchrun():
             DataParallel().close()
     if result["world_size"] == 1 or int(os.environ.get("RANK", "0")) == 0:
-        print(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=2))
+        print(metrics_json({k: v for k, v in result.items() if k != "history"}))
     return 0
 
 

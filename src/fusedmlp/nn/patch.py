@@ -146,7 +146,8 @@ class PatchedGEGLU(nn.Module):
     _proj_seen = None  # the proj _fusable was established for
     _fusable = False
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        # (diffusers' GEGLU.forward takes and ignores extra arguments, a deprecated scale among them)
         if self.tp_mesh is not None:
             return tensor_parallel_forward(self, x)
         proj = self._modules["proj"]
