@@ -557,6 +557,36 @@ def test_default_impls():
     assert ("liger" in impls) == ("liger_graph" in impls) == glu_suite.liger_available()
 
 
+def test_liger_geglu_peer_holds_the_halves_as_its_own_leaves(monkeypatch):
+    """The Liger peer gets the packed weight's halves as tensors of their own, as a model using
+    Liger stores them (slicing the packed weight in each call would give its backward two
+    zero-filled full-size gradients more), and computes x1 * gelu_tanh(x2). Liger's GELU-mul
+    function is stood in for by its formula (Liger is not installed everywhere)."""
+    import sys
+    import types
+
+    class GeluMul(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, gate, up):
+            ctx.save_for_backward(gate, up)
+            return torch.nn.functional.gelu(gate, approximate="tanh") * up
+
+        @staticmethod
+        def backward(ctx, grad):
+            with torch.enable_grad():
+                gate, up = (t.detach().requires_grad_() for t in ctx.saved_tensors)
+                return torch.autograd.grad(torch.nn.functional.gelu(gate, approximate="tanh") * up, (gate, up), grad)
+
+    monkeypatch.setitem(sys.modules, "liger_kernel.ops.geglu", types.SimpleNamespace(LigerGELUMulFunction=GeluMul))
+    x = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(16, 4, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(16, dtype=torch.float64, requires_grad=True)
+    adapted = harness.own_inputs(glu_suite.liger_geglu, (x, w, b))
+    assert adapted[0] is x and all(t.is_leaf and t.requires_grad for t in adapted[1:])
+    assert [tuple(t.shape) for t in adapted[1:]] == [(8, 4), (8, 4), (8,), (8,)]
+    torch.testing.assert_close(glu_suite.liger_geglu(*adapted), glu_suite.eager_geglu(x, w, b))
+
+
 def test_info(capsys):
     assert cli.main(["info"]) == 0
     out = capsys.readouterr().out

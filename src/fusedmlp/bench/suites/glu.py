@@ -7,8 +7,11 @@ Implementations, side by side in one run on one device:
     compile        the same function under torch.compile (default mode)
     compile_max    the same under torch.compile(mode="max-autotune") (only with --max-autotune:
                    it compiles for minutes)
-    liger          Liger-Kernel's GEGLU path when liger_kernel is installed: two linears (the
-                   two halves of the packed weight) and its fused GELU-mul kernel
+    liger          Liger-Kernel's GEGLU path when liger_kernel is installed: two linears and its
+                   fused GELU-mul kernel, the two halves of the packed weight (and bias) held
+                   as separate tensors, as a model using Liger stores them (slices of the
+                   packed weight, taken in each call, would cost its backward two zero-filled
+                   [8d, d] gradients and their sum)
     quack          QuACK's gated GEMM forward when installed (bench/quack.py; the weight
                    interleaved as it stores one): fwd only, it has no backward for this op
     gemm           the bare cuBLAS GEMM(s) of the same shape: the floor a fused GEMM+epilogue
@@ -35,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import quack
-from ..harness import Measurement, available_impls, module_importable, run_suite
+from ..harness import Measurement, available_impls, module_importable, peer_forward, run_suite
 from ..harness import summary_table as harness_summary_table
 
 NAME = "geglu"
@@ -74,14 +77,26 @@ def _gemm_flops(n: int, d: int) -> float:
     return 2.0 * n * d * 8 * d
 
 
-def liger_geglu(x, weight, bias):
+def _liger_geglu(x, w1, w2, b1, b2):
     """Liger-Kernel's GEGLU: x1 and x2 from two linears, then its GELU-mul kernel on (x2, x1)."""
     from liger_kernel.ops.geglu import LigerGELUMulFunction
 
+    return LigerGELUMulFunction.apply(F.linear(x, w2, b2), F.linear(x, w1, b1))  # gelu_tanh(first) * second
+
+
+def _halves(inputs):
+    """(x, w1, w2, b1, b2): the packed weight's and bias's halves as leaves of their own."""
+    x, weight, bias = inputs
     out = weight.shape[0] // 2
-    x1 = F.linear(x, weight[:out], None if bias is None else bias[:out])
-    x2 = F.linear(x, weight[out:], None if bias is None else bias[out:])
-    return LigerGELUMulFunction.apply(x2, x1)  # gelu_tanh(first) * second
+
+    def leaf(t):
+        return None if t is None else t.detach().clone().requires_grad_(t.requires_grad)
+
+    return (x, leaf(weight[:out]), leaf(weight[out:]), leaf(None if bias is None else bias[:out]),
+            leaf(None if bias is None else bias[out:]))
+
+
+liger_geglu = peer_forward(_liger_geglu, adapt_inputs=_halves)
 
 
 def _forward_fn(impl: str):

@@ -8,7 +8,9 @@ Implementations, side by side in one run on one device:
                1024 wide on Hopper, cuBLAS's GEMM against the merged weight W + s * B @ A,
                xs formed in the backward: ops/lora.py)
     fused_in_loop  the same with x @ A.T always accumulated in every tile's main loop (the
-                   Triton kernel, x read once)
+                   Triton kernel, x read once); a failed row where the kernel cannot take it
+                   there (r * element size above 128 bytes, as r = 64 in fp32; fp32 at
+                   "highest", whose products run on cuBLAS)
     eager      F.linear(x, W, b) + F.linear(F.linear(x, A), B) * scale: PEFT's LoRA forward
     compile    the same function under torch.compile (default mode)
     compile_max  torch.compile(mode="max-autotune") (only with --max-autotune)
@@ -27,6 +29,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ...ops._common import gemms_on_cublas
 from ..harness import Measurement, available_impls, run_suite
 from ..harness import summary_table as harness_summary_table
 
@@ -59,6 +62,10 @@ def _forward_fn(impl: str):
         return lambda x, w, b, a, lb: lora_ops.lora_linear(x, w, b, a, lb, SCALE)
     if impl == "fused_in_loop":
         def in_loop(x, w, b, a, lb):
+            # where the kernel cannot take the rank product in its loop, no row under this name
+            if gemms_on_cublas(x) or a.shape[0] * x.element_size() > 2 * lora_ops.IN_LOOP_MAX_RANK:
+                raise ValueError(f"the in-loop form does not run at r = {a.shape[0]} in {x.dtype}"
+                                 + (" at fp32 'highest' (cuBLAS products)" if gemms_on_cublas(x) else ""))
             names = ("IN_LOOP_MAX_MACS", "IN_LOOP_MAX_RANK", "ONCHIP_FORWARD", "HANDOFF_FORWARD", "MERGED_FORWARD")
             limits = [getattr(lora_ops, name) for name in names]
             # every size and rank, not the forms that form xs once per row block or merge the weight
