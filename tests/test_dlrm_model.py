@@ -30,6 +30,11 @@ def test_config_validation_and_widths(tmp_path):
         DLRMConfig(cardinalities=(5,) * 3)
     with pytest.raises(ValueError, match="unknown"):
         DLRMConfig.from_dict({"embeding_dim": 4})
+    with pytest.raises(ValueError, match="unknown"):  # a misspelt override too
+        DLRMConfig.from_dict({}, embeding_dim=4)
+    for wrong in ({"num_dense": 0}, {"embedding_dim": 4.5}, {"bottom_mlp": (8.7, 16)}, {"cardinalities": [2.7] * 26}):
+        with pytest.raises(ValueError, match="integers|positive"):
+            DLRMConfig(**wrong)
     path = tmp_path / "c.json"
     path.write_text(json.dumps({"embedding_dim": 8, "bottom_mlp": [32, 8], "top_mlp": [8, 1]}))
     loaded = DLRMConfig.from_json(path, cardinalities=SMALL["cardinalities"])

@@ -223,6 +223,23 @@ def test_bad_inputs_are_named():
         embedding_lookup(weight, offsets, indices, optimizer=SparseOptimizer("sgd", float("nan")))
 
 
+def test_module_built_on_meta_then_materialised():
+    """Large tables are built on the meta device, given memory by to_empty(), then loaded: the
+    table offsets (not in the state dict) are formed again, so lookups read the right rows."""
+    sizes = (5, 7, 3)
+    reference = TableBatchedEmbedding(sizes, 4, device=DEVICE)
+    with torch.device("meta"):
+        built = TableBatchedEmbedding(sizes, 4)
+    assert built.weight.is_meta and [tuple(built.table(t).shape) for t in range(3)] == [(5, 4), (7, 4), (3, 4)]
+    built.to_empty(device=DEVICE)
+    built.load_state_dict(reference.state_dict())
+    indices = _indices(6, sizes)
+    assert built.table_offsets.tolist() == [0, 5, 12, 15]
+    assert torch.equal(built(indices), reference(indices))
+    with pytest.raises(IndexError):
+        built.table(3)
+
+
 def test_module_state_dict_is_a_modulelist_of_embeddings():
     sizes = (3, 8, 5)
     tables = nn.ModuleList(nn.Embedding(n, 6) for n in sizes).to(DEVICE)

@@ -24,6 +24,7 @@ every implementation, so checkpoints move between them:
 from __future__ import annotations
 
 import json
+import numbers
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -53,6 +54,9 @@ class DLRMConfig:
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        sizes = (*self.cardinalities, *self.bottom_mlp, *self.top_mlp, self.embedding_dim, self.num_dense)
+        if not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in sizes):
+            raise ValueError("table sizes, layer widths, embedding_dim and num_dense must be integers")
         self.cardinalities = tuple(int(c) for c in self.cardinalities)
         self.bottom_mlp, self.top_mlp = tuple(self.bottom_mlp), tuple(self.top_mlp)
         if len(self.cardinalities) != NUM_CATEGORICAL or min(self.cardinalities) < 1:
@@ -64,8 +68,8 @@ class DLRMConfig:
                              f"(the interaction pairs it with the embeddings), got {self.bottom_mlp}")
         if not self.top_mlp or self.top_mlp[-1] != 1:
             raise ValueError(f"the top MLP must end in 1 (the logit), got {self.top_mlp}")
-        if min(self.bottom_mlp + self.top_mlp) < 1 or self.embedding_dim < 1:
-            raise ValueError("layer widths and embedding_dim must be positive")
+        if min(self.bottom_mlp + self.top_mlp) < 1 or self.embedding_dim < 1 or self.num_dense < 1:
+            raise ValueError("layer widths, embedding_dim and num_dense must be positive")
 
     @property
     def interaction_width(self) -> int:
@@ -80,7 +84,7 @@ class DLRMConfig:
     @classmethod
     def from_dict(cls, values: dict, **overrides) -> "DLRMConfig":
         known = {k: v for k, v in dict(values, **overrides).items() if k in cls.__dataclass_fields__}
-        unknown = set(values) - set(cls.__dataclass_fields__)
+        unknown = (set(values) | set(overrides)) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValueError(f"unknown DLRM config keys: {sorted(unknown)}")
         return cls(**known)

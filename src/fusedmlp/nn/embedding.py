@@ -22,7 +22,9 @@ class TableBatchedEmbedding(nn.Module):
     ``lr``, ``eps``): the backward updates the touched rows in place and ``weight.grad`` stays
     None, so leave ``weight`` out of your dense optimizer (``dense_parameters`` helpers do).
     Adagrad's sum of squares is the buffer ``optimizer_state`` (not in the state dict; save it
-    with ``optimizer_state_dict()``). ``optimizer=None`` freezes the tables.
+    with ``optimizer_state_dict()``). ``optimizer=None`` freezes the tables. Each call's
+    backward applies its own update: call the module once per optimizer step (two calls before
+    one backward take two Adagrad steps; see ``SparseOptimizer``).
 
     The state dict has one ``{t}.weight`` entry per table, as an ``nn.ModuleList`` of
     ``nn.Embedding`` would: checkpoints load into either.
@@ -39,9 +41,8 @@ class TableBatchedEmbedding(nn.Module):
             raise ValueError(f"embedding_dim must be positive, got {embedding_dim}")
         self.num_embeddings, self.embedding_dim = tuple(sizes), int(embedding_dim)
         self.check_bounds = bool(check_bounds)
-        offsets = torch.tensor([0] + sizes, dtype=torch.int64).cumsum(0)
-        self.register_buffer("table_offsets", offsets.to(device), persistent=False)
-        self.weight = nn.Parameter(torch.empty(int(offsets[-1]), self.embedding_dim, device=device, dtype=dtype))
+        self.weight = nn.Parameter(torch.empty(sum(sizes), self.embedding_dim, device=device, dtype=dtype))
+        self.register_buffer("table_offsets", self._offsets(self.weight.device), persistent=False)
         self.register_buffer("optimizer_state", None, persistent=False)
         self.register_state_dict_post_hook(_split_tables)
         self.register_load_state_dict_pre_hook(_join_tables)
@@ -74,10 +75,17 @@ class TableBatchedEmbedding(nn.Module):
                                          overlap=bool(overlap))
         self.optimizer.check(self.weight)
 
+    def _offsets(self, device) -> torch.Tensor:
+        """``[T + 1]``: each table's first row, then the total (formed on the CPU: it may be the
+        meta device's turn to hold the module)."""
+        return torch.tensor([0, *self.num_embeddings], dtype=torch.int64, device="cpu").cumsum(0).to(device)
+
     def _apply(self, fn, *args, **kwargs):
         module = super()._apply(fn, *args, **kwargs)  # .to(): the optimizer must follow the moved state
         if self.optimizer is not None:
             self.optimizer.state = self.optimizer_state
+        if self.table_offsets.device.type != "meta":  # (not in the state dict: to_empty() leaves it unset)
+            self.table_offsets = self._offsets(self.table_offsets.device)
         return module
 
     def wait_for_update(self) -> None:
@@ -86,9 +94,10 @@ class TableBatchedEmbedding(nn.Module):
             self.optimizer.wait()
 
     def table(self, t: int) -> torch.Tensor:
-        """Table ``t``'s rows: a view of the weight."""
-        start, end = (int(v) for v in self.table_offsets[t:t + 2])
-        return self.weight[start:end]
+        """Table ``t``'s rows: a view of the weight (``t`` indexes the tables as a list does)."""
+        rows = self.num_embeddings[t]  # an IndexError names a table that is not there
+        start = sum(self.num_embeddings[:t % len(self.num_embeddings)])
+        return self.weight[start:start + rows]
 
     def forward(self, indices: torch.Tensor) -> torch.Tensor:
         return embedding_lookup(self.weight, self.table_offsets, indices, optimizer=self.optimizer,

@@ -45,7 +45,11 @@ class SparseOptimizer:
     """The update applied to the touched rows in the backward.
 
     kind: "sgd" (w -= lr g) or "adagrad" (s += g * g; w -= lr g / (sqrt(s) + eps), elementwise
-        like torch.optim.Adagrad without lr decay or weight decay).
+        like torch.optim.Adagrad without lr decay or weight decay). The update is applied by
+        each lookup's backward, with that lookup's gradient: one lookup per optimizer step
+        (look several features' tables up in one call). Two lookups before one backward (or a
+        second backward of a retained graph) update twice; for SGD that is the step of the
+        summed gradient, for Adagrad two steps, not torch.optim's one step of the sum.
     state: Adagrad's sum of squares, a tensor shaped like the weight (updated in place).
     group: a ``torch.distributed`` process group (or ``dist.group.WORLD``) for data-parallel
         training with replicated tables: each rank sums its lookups' gradients per row, the
