@@ -396,6 +396,19 @@ def test_damaged_checkpoints_are_named(tmp_path):
         load_checkpoint(tmp_path / "missing.pt")
 
 
+def test_tsv_split_follows_the_checkpoint(tmp_path):
+    """A TSV's validation rows are its last --val-fraction: eval takes the checkpoint's fraction
+    by default, and eval or resume with another one (rows moved between the splits) is refused."""
+    ckpt = tmp_path / "c.pt"
+    train(_args(tmp_path, "--batch-size", "256", "--steps", "2", "--val-fraction", "0.2", "--checkpoint", str(ckpt)))
+    metrics = evaluate_checkpoint(_eval_args(ckpt))
+    assert metrics["rows"] == 4000 and metrics["step"] == 2  # 0.2 of the sample's 20000 lines
+    with pytest.raises(SystemExit, match="--val-fraction 0.2"):
+        evaluate_checkpoint(_eval_args(ckpt, "--val-fraction", "0.5"))
+    with pytest.raises(SystemExit, match="--val-fraction 0.2"):
+        train(_args(tmp_path, "--batch-size", "256", "--steps", "3", "--resume", str(ckpt)))
+
+
 def test_eval_checks_its_arguments(tmp_path):
     for bad, message in ((["--eval-batch-size", "0"], "--eval-batch-size must be at least 1"),
                          (["--val-fraction", "1.5"], "--val-fraction must be in")):

@@ -240,6 +240,13 @@ def test_module_built_on_meta_then_materialised():
         built.table(3)
 
 
+def test_optimizer_state_of_another_shape_is_refused():
+    """copy_ would broadcast a state of the wrong shape over the tables' whole state."""
+    tables = TableBatchedEmbedding([5, 7], 4, optimizer="adagrad", device=DEVICE)
+    with pytest.raises(ValueError, match="optimizer state of shape"):
+        tables.load_optimizer_state_dict({"kind": "adagrad", "state": torch.zeros(2, device=DEVICE)})
+
+
 def test_module_state_dict_is_a_modulelist_of_embeddings():
     sizes = (3, 8, 5)
     tables = nn.ModuleList(nn.Embedding(n, 6) for n in sizes).to(DEVICE)

@@ -293,7 +293,9 @@ def _add_dlrm_parser(sub) -> None:
     evaluate.add_argument("--split", choices=("val", "train"), default="val")
     evaluate.add_argument("--impl", choices=IMPL_CHOICES, default="auto")
     evaluate.add_argument("--device", default="auto")
-    evaluate.add_argument("--val-fraction", type=float, default=0.1)
+    evaluate.add_argument("--val-fraction", type=float, default=None,
+                          help="a TSV's share of last lines that validates (default: the checkpoint's run's, "
+                          "0.1 for checkpoints that do not record it)")
     evaluate.add_argument("--eval-batch-size", type=int, default=65536)
     evaluate.set_defaults(func=cmd_dlrm_eval)
 

@@ -131,6 +131,16 @@ def _check_data_index(checkpoint: dict, data, path, warn: bool = True) -> dict:
     return index
 
 
+def _check_split(checkpoint: dict, val_fraction: float, data, path) -> None:
+    """A TSV's validation rows are its last ``val_fraction`` (a preprocessed folder keeps its own
+    split): another fraction than the checkpoint's run moves rows between the splits, so a
+    validation would score rows it trained on. Refused; older checkpoints did not record it."""
+    trained = checkpoint["args"].get("val_fraction")
+    if trained is not None and val_fraction != trained and not Path(data.source).is_dir():
+        raise SystemExit(f"{path} was trained with --val-fraction {trained} of {data.source}: use that again "
+                         "(another fraction moves rows between its training and validation splits)")
+
+
 def _check_resume_args(checkpoint: dict, args, world: int, path) -> None:
     """A resumed run continues the checkpoint's exactly, so it takes the same optimizer (whose
     state it loads), learning rate and global batch (the step budget counts batches of it)."""
@@ -396,6 +406,8 @@ def train(args) -> dict:
         print(f"data: {data.report.summary()}", file=sys.stderr)
     source_index = _check_data_index(resume, data, args.resume, warn=main) if resume else data_index(data)
     if resume:
+        _check_split(resume, args.val_fraction, data, args.resume)
+    if resume:
         config = DLRMConfig.from_dict(resume["config"])
     else:
         overrides = {"cardinalities": data.cardinalities}
@@ -503,7 +515,7 @@ def train(args) -> dict:
 def _run_args(args, seed, impl, parallel: DataParallel, cuda_graph: bool, index: dict) -> dict:
     return {"seed": seed, "impl": impl, "batch_size": args.batch_size, "optimizer": args.optimizer, "lr": args.lr,
             "data": None if args.data is None else str(args.data), "data_index": index, "sparse": args.sparse,
-            "amp": args.amp, "cuda_graph": cuda_graph, "world_size": parallel.world}
+            "amp": args.amp, "cuda_graph": cuda_graph, "world_size": parallel.world, "val_fraction": args.val_fraction}
 
 
 def evaluate_checkpoint(args) -> dict:
@@ -512,8 +524,10 @@ def evaluate_checkpoint(args) -> dict:
     device = _device(args.device)
     state = load_checkpoint(args.checkpoint)
     config = DLRMConfig.from_dict(state["config"])
-    data = load_data(args.data, val_fraction=args.val_fraction, cardinalities=config.cardinalities)
+    val_fraction = args.val_fraction if args.val_fraction is not None else state["args"].get("val_fraction", 0.1)
+    data = load_data(args.data, val_fraction=val_fraction, cardinalities=config.cardinalities)
     _check_data_index(state, data, args.checkpoint)  # before the sizes: the likelier cause, named
+    _check_split(state, val_fraction, data, args.checkpoint)
     _check_tables(data, config)
     model, forward = build_model(config, resolve_impl(args.impl, device), device)
     model.load_state_dict(state["model"])
@@ -585,7 +599,7 @@ def _check_at_least_one(args, names) -> None:
 def check_eval_args(args) -> None:
     """The arguments eval shares with train (train checks them too)."""
     _check_at_least_one(args, ("eval_batch_size",))
-    if not 0 <= args.val_fraction < 1:
+    if args.val_fraction is not None and not 0 <= args.val_fraction < 1:  # (eval's None: the checkpoint's)
         raise SystemExit("--val-fraction must be in [0, 1)")
 
 

@@ -112,7 +112,11 @@ class TableBatchedEmbedding(nn.Module):
         if state.get("kind") != kind:
             raise ValueError(f"optimizer state for {state.get('kind')!r}, but this module's optimizer is {kind!r}")
         if self.optimizer_state is not None:
-            self.optimizer_state.copy_(state["state"])
+            saved = state["state"]
+            if tuple(saved.shape) != tuple(self.optimizer_state.shape):  # copy_ would broadcast a wrong shape
+                raise ValueError(f"optimizer state of shape {tuple(saved.shape)}, but the tables are "
+                                 f"{tuple(self.optimizer_state.shape)}")
+            self.optimizer_state.copy_(saved)
 
     def extra_repr(self) -> str:
         kind = "frozen" if self.optimizer is None else f"{self.optimizer.kind}, lr={self.optimizer.lr}"
