@@ -3,7 +3,7 @@
 import pytest
 import torch
 from helpers import (
-    TOLERANCE, check_inference_forward, eager_bound, fp32_matmul_precision, kink_free_rows, recording_launches, rel_err,
+    TOLERANCE, assert_close, check_inference_forward, eager_bound, fp32_matmul_precision, kink_free_rows, recording_launches, rel_err,
 )
 from torch import nn
 
@@ -197,6 +197,20 @@ def test_biases(device, bias, small_on_chip):
 )
 def test_partial_gradients(device, wants, small_on_chip):
     check_stack([13, 80, 16], device, torch.float32, "relu", None, wants=wants)
+
+
+def test_parameter_lists_are_taken(device):
+    """Weights and biases as nn.ParameterList (a module's own lists): the same as plain lists."""
+    torch.manual_seed(5)
+    weights = nn.ParameterList([nn.Parameter(torch.randn(16, 6, device=device, dtype=torch.float64) / 3),
+                                nn.Parameter(torch.randn(3, 16, device=device, dtype=torch.float64) / 4)])
+    biases = nn.ParameterList([nn.Parameter(torch.randn(16, device=device, dtype=torch.float64)),
+                               nn.Parameter(torch.randn(3, device=device, dtype=torch.float64))])
+    x = torch.randn(5, 6, device=device, dtype=torch.float64)
+    y = fusedmlp.mlp(x, weights, biases, "relu")
+    assert_close(y, fusedmlp.mlp_reference(x, list(weights), list(biases), "relu", None), torch.float64, "y")
+    y.sum().backward()
+    assert all(p.grad is not None for p in (*weights, *biases))
 
 
 def test_3d_strided_and_tiny_batches(device, small_on_chip):

@@ -791,8 +791,9 @@ def mlp(
 
     Args:
         x: ``[..., in]`` input, any leading shape; fp16, bf16, fp32 or fp64; any strides.
-        weights: one ``[out_i, in_i]`` ``nn.Linear`` weight per layer, ``in_{i+1} = out_i``.
-        biases: None, or one ``[out_i]`` tensor (or None) per layer.
+        weights: one ``[out_i, in_i]`` ``nn.Linear`` weight per layer, ``in_{i+1} = out_i`` (a
+            list, tuple or ``nn.ParameterList``).
+        biases: None, or one ``[out_i]`` tensor (or None) per layer (likewise).
         activation: the activation after every layer but the last (identity, relu,
             squared_relu, gelu, gelu_tanh, sigmoid, silu; None = identity).
         last_activation: the activation after the last layer (None = identity).
@@ -806,6 +807,10 @@ def mlp(
     if (dtype := autocast_dtype(x)) is not None:  # under torch.autocast: cast as F.linear's inputs are
         return call_autocast(mlp, dtype, x, weights, biases, activation, last_activation, recompute)
     act, last_act = check_activation(activation), check_activation(last_activation)
+    if isinstance(weights, torch.nn.ParameterList):  # a module's list of parameters (not a Sequence)
+        weights = list(weights)
+    if isinstance(biases, torch.nn.ParameterList):
+        biases = list(biases)
     biases = check_mlp_inputs(x, weights, biases)
     check_bool(recompute, "recompute")
     acts = layer_activations(len(weights), act, last_act)
