@@ -37,8 +37,8 @@ def test_triton(device, activation, dtype):
     run_check((37, 45), dtype, activation, True, "triton", device)
 
 
-@pytest.mark.parametrize("shape", [(1, 8), (3, 7, 33), (0, 16), (5, 0), (2, 0, 3)], ids=["N=1", "3d", "empty", "no-cols",
-                                                                                     "empty-3d"])
+@pytest.mark.parametrize("shape", [(1, 8), (3, 7, 33), (0, 16), (5, 0), (2, 0, 3)],
+                         ids=["N=1", "3d", "empty", "no-cols", "empty-3d"])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
 def test_triton_shapes(device, shape, bias):
     run_check(shape, torch.float32, "sigmoid", bias, "triton", device)

@@ -6,8 +6,9 @@ import copy
 import pytest
 import torch
 from helpers import (
-    assert_close, check_against_float64, check_backward_twice, check_inference_forward, eager_bound, check_replayed_step, compile_pingpong_for_hopper,
-    every_other, fp32_matmul_precision, recording_launches, recording_module_launches, recording_pingpong_launches, rel_err,
+    assert_close, check_against_float64, check_backward_twice, check_inference_forward, check_replayed_step,
+    compile_pingpong_for_hopper, eager_bound, every_other, fp32_matmul_precision, recording_launches,
+    recording_module_launches, recording_pingpong_launches, rel_err,
 )
 from torch import nn
 

@@ -3,7 +3,8 @@
 import pytest
 import torch
 from helpers import (
-    TOLERANCE, assert_close, check_inference_forward, eager_bound, fp32_matmul_precision, kink_free_rows, recording_launches, rel_err,
+    TOLERANCE, assert_close, check_inference_forward, eager_bound, fp32_matmul_precision, kink_free_rows,
+    recording_launches, rel_err,
 )
 from torch import nn
 
