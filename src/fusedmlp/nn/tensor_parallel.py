@@ -3,9 +3,8 @@
 ``tensor_parallel(model, mesh)`` shards, over a 1-D device mesh of ``n`` ranks, every
 ``SwiGLU`` and ``GEGLU`` in ``model`` (and every ``PatchedGEGLU``, the GEGLU that ``patch`` puts
 in place of a diffusers-style block: its ``proj`` Linear holds the packed weight) the Megatron
-way: the hidden units are split into ``n``
-slices, each rank computes its slice with the fused kernel and no activation crosses ranks
-inside the layer.
+way: the hidden units are split into ``n`` slices, each rank computes its slice with the fused
+kernel and no activation crosses ranks inside the layer.
 
     SwiGLU   gate_proj.weight, up_proj.weight [hidden, d]  Shard(0): rank r holds rows r of n
              down_proj.weight [d_out, hidden]              Shard(1): the matching columns
