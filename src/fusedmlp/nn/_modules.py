@@ -74,3 +74,13 @@ def linear_stack(children: Iterable[nn.Module]) -> Optional[Tuple[List[nn.Linear
     if any(a.out_features != b.in_features for a, b in itertools.pairwise(linears)):
         return None
     return linears, (hidden.pop() if hidden else None), after[-1] or "identity"
+
+
+def established(module: nn.Module, children: tuple, establish):
+    """``establish(children)``, kept on ``module`` until its children change (one tuple
+    comparison by identity per call: the fused modules' forwards ask on every call)."""
+    seen = module.__dict__.get("_established")
+    if seen is None or seen[0] != children:
+        seen = module.__dict__["_established"] = (children, establish(children))
+    return seen[1]
+

@@ -8,6 +8,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from ..ops._common import autocast_dtype, call_autocast
 from ..ops.activations import check_activation
 from ..ops.linear_act import linear_act
 from ..ops.lora import lora_linear
@@ -127,11 +128,15 @@ class LoRALinear(nn.Module):
         weight, bias = self.base_layer.weight, self.base_layer.bias
         if self.merged:
             return linear_act(x, weight, bias, self.activation, self.save_preact)
-        lora_a, lora_b = self.lora_a, self.lora_b  # fp32 adapters on a 16-bit base: cast as autocast would
-        lora_a = lora_a if lora_a.dtype == weight.dtype else lora_a.to(weight.dtype)
-        lora_b = lora_b if lora_b.dtype == weight.dtype else lora_b.to(weight.dtype)
-        return lora_linear(x, weight, bias, lora_a, lora_b, self.scaling, self.activation,
-                           self.dropout if self.training else 0.0, self.save_preact)
+        lora_a, lora_b = self.lora_a, self.lora_b
+        args = (x, weight, bias, lora_a, lora_b, self.scaling, self.activation,
+                self.dropout if self.training else 0.0, self.save_preact)
+        adapters_differ = lora_a.dtype != weight.dtype or lora_b.dtype != weight.dtype
+        if adapters_differ and x.dtype == weight.dtype and autocast_dtype(x) is None:
+            # fp32 adapters on a 16-bit base, cast to it as autocast casts (inside an autocast
+            # region lora_linear casts everything to that region's dtype itself)
+            return call_autocast(lora_linear, weight.dtype, *args)
+        return lora_linear(*args)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, r={self.r}, "

@@ -11,7 +11,7 @@ from torch import nn
 
 from ..ops.activations import check_activation
 from ..ops.mlp import mlp
-from ._modules import SquaredReLU, linear_stack
+from ._modules import SquaredReLU, established, linear_stack
 
 
 def activation_module(name: str) -> Optional[nn.Module]:
@@ -79,29 +79,21 @@ class FusedMLP(nn.Sequential):
         layer.recompute = recompute
         return layer
 
-    _children_seen = ()  # the children the stack below was established for
-    _stack = None  # their Linear layers, or None where they do not compute the stated stack
-
     def linears(self) -> list:
         return [m for m in self if isinstance(m, nn.Linear)]
 
-    def _fused_linears(self) -> Optional[list]:
-        """The Linear layers to fuse, or None where the children no longer compute this stack
-        (checked again whenever the children change: one tuple comparison per call)."""
-        children = tuple(self._modules.values())
-        if children != self._children_seen:
-            stack = linear_stack(children)
-            wanted = (self.activation, self.last_activation)
-            fits = stack is not None and (stack[1] or self.activation, stack[2]) == wanted
-            if not fits:
-                warnings.warn("FusedMLP: its children no longer compute the fused stack "
-                              f"(activation={self.activation}, last_activation={self.last_activation}); "
-                              "running them one by one", stacklevel=5)
-            self._children_seen, self._stack = children, (stack[0] if fits else None)
-        return self._stack
+    def _stack_linears(self, children: tuple) -> Optional[list]:
+        """The Linear layers to fuse, or None where ``children`` do not compute this stack."""
+        stack = linear_stack(children)
+        if stack is not None and (stack[1] or self.activation, stack[2]) == (self.activation, self.last_activation):
+            return stack[0]
+        warnings.warn("FusedMLP: its children no longer compute the fused stack "
+                      f"(activation={self.activation}, last_activation={self.last_activation}); "
+                      "running them one by one", stacklevel=6)
+        return None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        linears = self._fused_linears()
+        linears = established(self, tuple(self._modules.values()), self._stack_linears)
         if linears is None:
             return super().forward(x)
         return mlp(x, [lin.weight for lin in linears], [lin.bias for lin in linears], self.activation,

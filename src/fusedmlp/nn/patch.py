@@ -90,7 +90,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops.glu import geglu
-from ._modules import GELU_APPROXIMATE, is_plain, is_plain_linear, linear_stack, module_activation
+from ._modules import GELU_APPROXIMATE, established, is_plain, is_plain_linear, linear_stack, module_activation
 from .linear_act import FusedLinear
 from .lora import LoRALinear
 from .mlp import FusedMLP
@@ -143,17 +143,13 @@ class PatchedGEGLU(nn.Module):
         self.recompute = recompute
 
     tp_mesh = None  # the device mesh once ``tensor_parallel`` has sharded this block
-    _proj_seen = None  # the proj _fusable was established for
-    _fusable = False
 
     def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         # (diffusers' GEGLU.forward takes and ignores extra arguments, a deprecated scale among them)
         if self.tp_mesh is not None:
             return tensor_parallel_forward(self, x)
         proj = self._modules["proj"]
-        if proj is not self._proj_seen:  # checked again when proj is replaced
-            self._proj_seen, self._fusable = proj, is_plain_linear(proj)
-        if not self._fusable:  # wrapped since (a PEFT LoRA layer): what the block computes
+        if not established(self, (proj,), _plain_linears):  # wrapped since (a PEFT LoRA layer): run it as it is
             hidden, gate = proj(x).chunk(2, dim=-1)
             return hidden * F.gelu(gate, approximate="tanh" if self.activation == "gelu_tanh" else "none")
         return geglu(x, proj.weight, proj.bias, recompute=self.recompute, activation=self.activation)
@@ -368,6 +364,10 @@ def _peft_lora(module: nn.Module) -> Optional[LoRALinear]:
         return None
     return LoRALinear.from_modules(base, module.lora_A, module.lora_B, name, module.scaling[name], dropout=p,
                                    merged=merged, lora_alpha=module.lora_alpha.get(name))
+
+
+def _plain_linears(modules) -> bool:
+    return all(is_plain_linear(m) for m in modules)
 
 
 def _has_own_state(module: nn.Module) -> bool:

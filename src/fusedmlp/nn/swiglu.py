@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops.swiglu import swiglu
-from ._modules import is_plain_linear
+from ._modules import established, is_plain_linear
 from .tensor_parallel import tensor_parallel_forward
 
 
@@ -48,21 +48,21 @@ class SwiGLU(nn.Module):
         return layer
 
     tp_mesh = None  # the device mesh once ``tensor_parallel`` has sharded this layer
-    _projections_seen = ()  # the projections _fusable was established for
-    _fusable = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tp_mesh is not None:
             return tensor_parallel_forward(self, x)
         modules = self._modules
         projections = (modules["gate_proj"], modules["up_proj"], modules["down_proj"])
-        if projections != self._projections_seen:  # checked again when a projection is replaced (a few us)
-            self._projections_seen = projections
-            self._fusable = all(is_plain_linear(p) and p.bias is None for p in projections)
         gate, up, down = projections
-        if not self._fusable:  # a projection wrapped since (a PEFT LoRA layer): what the block computes
-            return down(F.silu(gate(x)) * up(x))
+        if not established(self, projections, _plain_bias_free):
+            return down(F.silu(gate(x)) * up(x))  # a projection wrapped since (PEFT LoRA): run them as they are
         return swiglu(x, gate.weight, up.weight, down.weight, recompute=self.recompute)
 
     def extra_repr(self) -> str:
         return f"recompute={self.recompute}"
+
+
+def _plain_bias_free(projections) -> bool:
+    return all(is_plain_linear(p) and p.bias is None for p in projections)
+

@@ -127,6 +127,14 @@ def grad_needed(*tensors) -> bool:
     return any(t is not None and t.requires_grad for t in tensors)
 
 
+def has_tangent(*tensors) -> bool:
+    """Whether forward-mode AD (``forward_ad``, ``torch.func.jvp``) carries a tangent on one of
+    ``tensors`` (None skipped): for an op without an autograd.Function to refuse it."""
+    if getattr(torch.autograd.forward_ad, "_current_level", -1) < 0:
+        return False
+    return any(t is not None and torch.autograd.forward_ad.unpack_dual(t).tangent is not None for t in tensors)
+
+
 _AUTOCAST_CAST = (torch.float16, torch.bfloat16, torch.float32)  # autocast leaves fp64 alone
 
 

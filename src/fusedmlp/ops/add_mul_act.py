@@ -30,7 +30,7 @@ import torch
 from ..kernels.add_mul_act import add_mul_act_kernel
 from ..kernels.launch import launch
 from ._common import (acc_dtypes, cdiv, check_finite_number, check_same_dtype_device, check_tensor, contiguous_bias,
-                      use_triton)
+                      has_tangent, use_triton)
 from .activations import ACTIVATIONS, activation_grad_reference, activation_reference, check_activation
 
 __all__ = ["fused_add_mul_activation", "add_mul_act_reference", "cuda_extension"]
@@ -164,7 +164,7 @@ def fused_add_mul_activation(
         raise TypeError("backend='cuda' takes float16, bfloat16 or float32; use backend='triton' for float64")
     if backend == "cuda" and not out.is_cuda:
         raise ValueError("backend='cuda' needs CUDA tensors; out is on " + str(out.device))
-    if _has_tangent(out, bias, lora_out):
+    if has_tangent(out, bias, lora_out):
         raise NotImplementedError("fused_add_mul_activation has no forward-mode derivative (jvp); "
                                   "forward-mode AD would drop its inputs' tangents")
     n = out.shape[-1]
@@ -172,10 +172,3 @@ def fused_add_mul_activation(
     y = _add_mul_act_op(out.reshape(rows, n), contiguous_bias(bias), lora_out.reshape(rows, n), float(multiplier),
                         act, backend)
     return y.reshape(out.shape)
-
-
-def _has_tangent(*tensors) -> bool:
-    """Whether forward-mode AD (``forward_ad`` or ``torch.func.jvp``) carries a tangent on one of ``tensors``."""
-    if getattr(torch.autograd.forward_ad, "_current_level", -1) < 0:
-        return False
-    return any(t is not None and torch.autograd.forward_ad.unpack_dual(t).tangent is not None for t in tensors)
