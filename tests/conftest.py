@@ -42,6 +42,16 @@ def device():
     return DEVICE
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report names the seed its inputs were drawn from (``_fresh_seed``)."""
+    report = (yield).get_result()
+    if report.failed:
+        seeds = [value for key, value in item.user_properties if key == "seed"]
+        if seeds:
+            report.sections.append(("torch seed", f"torch.manual_seed({seeds[0]}) reproduces this test's inputs"))
+
+
 @pytest.fixture(autouse=True)
 def _fresh_seed(request):
     # Fresh random inputs on every run, but reproducible from the printed seed on failure.
