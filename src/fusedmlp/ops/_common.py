@@ -536,9 +536,11 @@ BWD_CHUNK_BYTES = 256 * 2**20
 # Where the rows are too few for BWD_MAX_CHUNKS such chunks (fewer than 16384), GEGLU's recompute
 # backward splits dh by output columns instead (ops/glu.py), into chunks of at most this: each
 # column chunk adds two read-modify-writes of dx ([rows, in]) where a row chunk adds one of
-# dW ([2*out, in]), and at d = 4096, N = 8192 112 MiB keeps the step's peak under 0.6x
-# Liger-Kernel's for 0-3% of its time (benchmarks/geglu_dh_chunks.py, benchmarks/NOTES.md).
-BWD_COLUMN_CHUNK_BYTES = 112 * 2**20
+# dW ([2*out, in]). At d = 4096, N = 8192, 64 MiB gives 8 chunks of 2048 columns: the step's
+# peak 0.58x Liger-Kernel's (5 chunks of 112 MiB: 0.62x) in the same time within the runs'
+# spread (+0.6% over four interleaved pairs); at d = 8192 16 chunks tied 10 (H100,
+# benchmarks/geglu_dh_chunks.py, benchmarks/NOTES.md).
+BWD_COLUMN_CHUNK_BYTES = 64 * 2**20
 
 
 def reuse_saved_once(ctx, op: str, saved: bool, mode: str = "recompute=False",
