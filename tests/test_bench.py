@@ -218,6 +218,52 @@ def test_stepwise_ms_orders_and_times_the_steps():
         assert all(slow > fast for slow, fast in zip(times["slow"], times["fast"])), times
 
 
+@pytest.mark.gpu
+def test_graph_steps_keep_a_peers_own_inputs_alive():
+    """graph_steps: a peer's adapt_inputs makes tensors of its own that the captured graphs read;
+    the replays keep them alive (a replay after they were freed read reused memory, and the
+    GEGLU suite's Liger peer hit an illegal address). The replayed output matches eager on
+    fresh random inputs after the memory pool has been churned."""
+    import gc
+    import weakref
+
+    adapted = []
+
+    def adapt(inputs):
+        x, w = inputs
+        adapted.append(w.detach().clone().mul_(2).requires_grad_())
+        return x, adapted[-1]
+
+    outputs = []
+
+    def forward(x, w):
+        y = x @ w.t()
+        if torch.cuda.is_current_stream_capturing():
+            outputs.append(y.detach())  # [0]: the fwd graph's output, rewritten by its replays; no grad_fn (which would hold w)
+        return y
+
+    peer = harness.peer_forward(forward, adapt_inputs=adapt)
+    x = torch.randn(256, 128, device="cuda", requires_grad=True)
+    w = torch.randn(64, 128, device="cuda", requires_grad=True)
+    g = torch.randn(256, 64, device="cuda")
+    replays = harness.graph_steps(peer, (x, w), g)
+    own = weakref.ref(adapted.pop())
+    del adapt
+    gc.collect()
+    torch.cuda.empty_cache()
+    churn = torch.full((64 * 1024 * 1024,), float("nan"), device="cuda")  # reuse freed memory
+    del churn
+    assert own() is not None, "the replays let the adapted weight go"
+    outputs[0].zero_()
+    replays["fwd"]()
+    torch.cuda.synchronize()
+    want = x.detach().double() @ (2 * w.detach().double()).t()
+    assert (outputs[0].double() - want).norm() / want.norm() < 1e-2
+    del replays
+    gc.collect()
+    assert own() is None, "the adapted weight outlived its replays"
+
+
 def test_bench_without_gpu_reports_errors(capsys):
     if torch.cuda.is_available():
         pytest.skip("the no-GPU path")

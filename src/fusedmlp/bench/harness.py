@@ -368,13 +368,27 @@ def graph_steps(forward, inputs: tuple, g) -> dict:
     through ``capture_cuda_graph`` (warm-up calls first, in ``graph_capture_mode``). A replay
     costs no launch or Python time: what a step's kernels take once the host is out of the
     way, on both sides of a comparison. The backward alone is not captured (a store mode's
-    backward writes over its forward's saved state, so it runs once per forward)."""
+    backward writes over its forward's saved state, so it runs once per forward).
+
+    Each replay holds the captured function, and with it the inputs its graph reads: a peer's
+    ``adapt_inputs`` makes tensors of its own, which a graph does not keep alive (a replay after
+    they were freed read whatever reused their memory, and an illegal address once the caching
+    allocator had returned it)."""
     from .._cuda_graph import capture_cuda_graph
 
     inputs = own_inputs(forward, inputs)
     wrt = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
     fns = {"fwd": lambda: forward(*inputs), "fwd+bwd": lambda: torch.autograd.grad(forward(*inputs), wrt, g)}
-    return {mode: capture_cuda_graph(fn)[0].replay for mode, fn in fns.items() if runs_mode(forward, mode)}
+
+    def replay_of(fn):
+        graph = capture_cuda_graph(fn)[0]
+
+        def replay():
+            graph.replay()
+        replay.captured = fn  # the closure over inputs: alive as long as the replay
+        return replay
+
+    return {mode: replay_of(fn) for mode, fn in fns.items() if runs_mode(forward, mode)}
 
 
 def peer_forward(forward, *, adapt_inputs=None, modes=None):
