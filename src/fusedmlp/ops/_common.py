@@ -538,7 +538,7 @@ BWD_CHUNK_BYTES = 256 * 2**20
 # column chunk adds two read-modify-writes of dx ([rows, in]) where a row chunk adds one of
 # dW ([2*out, in]). At d = 4096, N = 8192, 64 MiB gives 8 chunks of 2048 columns: the step's
 # peak 0.58x Liger-Kernel's (5 chunks of 112 MiB: 0.62x) in the same time within the runs'
-# spread (+0.6% over four interleaved pairs); at d = 8192 16 chunks tied 10 (H100,
+# spread (0.6-1.0% slower in interleaved runs); at d = 8192 16 chunks tied 10 (H100,
 # benchmarks/geglu_dh_chunks.py, benchmarks/NOTES.md).
 BWD_COLUMN_CHUNK_BYTES = 64 * 2**20
 
