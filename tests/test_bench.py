@@ -239,7 +239,8 @@ def test_graph_steps_keep_a_peers_own_inputs_alive():
     def forward(x, w):
         y = x @ w.t()
         if torch.cuda.is_current_stream_capturing():
-            outputs.append(y.detach())  # [0]: the fwd graph's output, rewritten by its replays; no grad_fn (which would hold w)
+            # [0]: the fwd graph's output, rewritten by its replays; detached (a grad_fn holds w)
+            outputs.append(y.detach())
         return y
 
     peer = harness.peer_forward(forward, adapt_inputs=adapt)

@@ -103,10 +103,9 @@ def check_case(fused, reference, masters, g64, dtype, rng, what, replicas=4):
     fp32 included. Where the fused op's error passes a bound that eager's errors set,
     ``MORE_REPLICAS`` more draws go into it before the verdict. One eager error is one draw of
     the rounding: on small or ill-conditioned outputs it varies several-fold from draw to draw
-    (NOTES: "Random cases on the GPU"; a
-    linear_act case of 3 rows, whose bias gradient sums terms near 1 to 0.065, was 4% off
-    float64 in the fused op and 0.4% in eager's one draw, against a 3% bound, with seed
-    1549958264)."""
+    (NOTES: "Random cases on the GPU"; a linear_act case of 3 rows, whose bias gradient sums
+    terms near 1 to 0.065, was 4% off float64 in the fused op and 0.4% in eager's one draw,
+    against a 3% bound, with seed 1549958264)."""
     rounded = [None if t is None else t.detach().to(dtype) for t in masters]
     x, kind = layout(rounded[0], rng)
     what = f"{what} x={kind} {str(dtype).replace('torch.', '')}"
