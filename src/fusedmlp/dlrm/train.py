@@ -407,7 +407,6 @@ def train(args) -> dict:
     source_index = _check_data_index(resume, data, args.resume, warn=main) if resume else data_index(data)
     if resume:
         _check_split(resume, args.val_fraction, data, args.resume)
-    if resume:
         config = DLRMConfig.from_dict(resume["config"])
     else:
         overrides = {"cardinalities": data.cardinalities}

@@ -76,6 +76,11 @@ def linear_stack(children: Iterable[nn.Module]) -> Optional[Tuple[List[nn.Linear
     return linears, (hidden.pop() if hidden else None), after[-1] or "identity"
 
 
+def plain_linears(modules: Iterable[nn.Module], bias_free: bool = False) -> bool:
+    """Whether every one of ``modules`` is a plain ``nn.Linear`` (``bias_free``: without a bias)."""
+    return all(is_plain_linear(m) and not (bias_free and m.bias is not None) for m in modules)
+
+
 def established(module: nn.Module, children: tuple, establish):
     """``establish(children)``, kept on ``module`` until its children change (one tuple
     comparison by identity per call: the fused modules' forwards ask on every call)."""
@@ -83,4 +88,3 @@ def established(module: nn.Module, children: tuple, establish):
     if seen is None or seen[0] != children:
         seen = module.__dict__["_established"] = (children, establish(children))
     return seen[1]
-

@@ -90,7 +90,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops.glu import geglu
-from ._modules import GELU_APPROXIMATE, established, is_plain, is_plain_linear, linear_stack, module_activation
+from ._modules import (GELU_APPROXIMATE, established, is_plain, is_plain_linear, linear_stack, module_activation,
+                       plain_linears)
 from .linear_act import FusedLinear
 from .lora import LoRALinear
 from .mlp import FusedMLP
@@ -149,7 +150,7 @@ class PatchedGEGLU(nn.Module):
         if self.tp_mesh is not None:
             return tensor_parallel_forward(self, x)
         proj = self._modules["proj"]
-        if not established(self, (proj,), _plain_linears):  # wrapped since (a PEFT LoRA layer): run it as it is
+        if not established(self, (proj,), plain_linears):  # wrapped since (a PEFT LoRA layer): run it as it is
             hidden, gate = proj(x).chunk(2, dim=-1)
             return hidden * F.gelu(gate, approximate="tanh" if self.activation == "gelu_tanh" else "none")
         return geglu(x, proj.weight, proj.bias, recompute=self.recompute, activation=self.activation)
@@ -307,7 +308,7 @@ def _swiglu_projections(module: nn.Module) -> Optional[Tuple[nn.Linear, nn.Linea
     if not set(_SWIGLU_PROJECTIONS) <= children <= {*_SWIGLU_PROJECTIONS, "act_fn"}:
         return None
     gate, up, down = (module._modules[name] for name in _SWIGLU_PROJECTIONS)
-    if not all(is_plain_linear(p) and p.bias is None for p in (gate, up, down)):
+    if not plain_linears((gate, up, down), bias_free=True):
         return None
     if gate.weight.shape != up.weight.shape or down.in_features != gate.out_features:
         return None
@@ -364,10 +365,6 @@ def _peft_lora(module: nn.Module) -> Optional[LoRALinear]:
         return None
     return LoRALinear.from_modules(base, module.lora_A, module.lora_B, name, module.scaling[name], dropout=p,
                                    merged=merged, lora_alpha=module.lora_alpha.get(name))
-
-
-def _plain_linears(modules) -> bool:
-    return all(is_plain_linear(m) for m in modules)
 
 
 def _has_own_state(module: nn.Module) -> bool:

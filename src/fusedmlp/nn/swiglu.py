@@ -9,8 +9,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops.swiglu import swiglu
-from ._modules import established, is_plain_linear
+from ._modules import established, plain_linears
 from .tensor_parallel import tensor_parallel_forward
+
+
+def _bias_free_linears(projections) -> bool:
+    return plain_linears(projections, bias_free=True)
 
 
 class SwiGLU(nn.Module):
@@ -55,14 +59,9 @@ class SwiGLU(nn.Module):
         modules = self._modules
         projections = (modules["gate_proj"], modules["up_proj"], modules["down_proj"])
         gate, up, down = projections
-        if not established(self, projections, _plain_bias_free):
+        if not established(self, projections, _bias_free_linears):
             return down(F.silu(gate(x)) * up(x))  # a projection wrapped since (PEFT LoRA): run them as they are
         return swiglu(x, gate.weight, up.weight, down.weight, recompute=self.recompute)
 
     def extra_repr(self) -> str:
         return f"recompute={self.recompute}"
-
-
-def _plain_bias_free(projections) -> bool:
-    return all(is_plain_linear(p) and p.bias is None for p in projections)
-
