@@ -6,6 +6,8 @@ the gradient of every parameter, state-dict keys, and identity of the parameter 
 """
 
 import copy
+import sys
+import warnings
 
 import pytest
 import torch
@@ -341,6 +343,39 @@ def test_fused_mlp_runs_changed_children_unfused():
             out = changed(x)
         torch.testing.assert_close(out, changed.unfuse()(x))
     torch.testing.assert_close(model(x), model.unfuse()(x))  # untouched: fused, the same result
+
+
+@pytest.mark.parametrize("block", ["mlp", "swiglu", "geglu"])
+def test_fused_blocks_run_hooks_put_on_their_children_later(block, monkeypatch):
+    """A forward hook put on a fused block's child after the block's first call runs (the block
+    then calls its children, unfused, with the unpatched block's outputs and gradients); once
+    the hook is removed the block runs its fused op again."""
+    torch.manual_seed(5)
+    make, shape = {
+        "mlp": (lambda: nn.Sequential(nn.Linear(5, 12), nn.ReLU(), nn.Linear(12, 3)), (4, 5)),
+        "swiglu": (lambda: GatedMLP(6, 10, nn.SiLU()), (2, 3, 6)),
+        "geglu": (lambda: FeedForward(6, 10), (4, 6)),
+    }[block]
+    reference, inputs = Wrapper(make()).to(F64), torch.randn(*shape, dtype=F64)
+    model = copy.deepcopy(reference)
+    replaced = fusedmlp.patch(model)
+    fused = model.blocks[0].net[0] if block == "geglu" else model.blocks[0]
+    assert type(fused).__name__ == replaced[0].new_type
+    op_module, op_name = sys.modules[type(fused).__module__], block
+    child = {"mlp": lambda: fused[0], "swiglu": lambda: fused.up_proj, "geglu": lambda: fused.proj}[block]()
+    fused_calls, op = [], getattr(op_module, op_name)
+    monkeypatch.setattr(op_module, op_name, lambda *args, **kwargs: fused_calls.append(1) or op(*args, **kwargs))
+    model(inputs)  # the first call establishes the fused path
+    assert len(fused_calls) == 1
+    seen = []
+    handle = child.register_forward_hook(lambda module, args, out: seen.append(out.detach().clone()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # FusedMLP warns that it runs its children
+        _assert_same_results(model, reference, inputs, MODEL_TOLERANCE[F64])
+    assert len(fused_calls) == 1 and len(seen) == 1  # the hook ran, the op did not
+    handle.remove()
+    _assert_same_results(model, reference, inputs, MODEL_TOLERANCE[F64])
+    assert len(fused_calls) == 2 and len(seen) == 1
 
 
 def test_unpatch_hands_back_parameters_reassigned_since():

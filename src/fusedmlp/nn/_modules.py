@@ -3,8 +3,9 @@
 Shared by ``fusedmlp.patch`` (which replaces a block only where it can establish the block's
 computation exactly) and by the fused modules' forwards, which run the fused op only while
 their children still are what it computes: a child swapped afterwards (a PEFT LoRA layer
-wrapped around a projection, ``seq[1] = nn.Tanh()``) sends the forward through the children
-themselves, so the result stays the children's.
+wrapped around a projection, ``seq[1] = nn.Tanh()``) or a hook put on one (which the fused op
+would never call) sends the forward through the children themselves, so the result stays the
+children's and their hooks run.
 """
 
 from __future__ import annotations
@@ -28,10 +29,19 @@ _ACTIVATION_MODULES = {nn.ReLU: "relu", nn.SiLU: "silu", nn.Sigmoid: "sigmoid", 
                        nn.Identity: "identity"}
 
 
+def _all_plain(modules: tuple) -> bool:
+    """No hooks and no per-instance forward on any of ``modules``: calling each runs exactly its
+    class's forward (the fused modules ask on every call: a loop with no call per module)."""
+    for m in modules:
+        if (m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+                or "forward" in m.__dict__):
+            return False
+    return True
+
+
 def is_plain(module: nn.Module) -> bool:
     """No hooks and no per-instance forward: calling it runs exactly its class's forward."""
-    hooks = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks, module._backward_pre_hooks)
-    return "forward" not in vars(module) and not any(hooks)
+    return _all_plain((module,))
 
 
 def is_plain_linear(module) -> bool:
@@ -82,9 +92,12 @@ def plain_linears(modules: Iterable[nn.Module], bias_free: bool = False) -> bool
 
 
 def established(module: nn.Module, children: tuple, establish):
-    """``establish(children)``, kept on ``module`` until its children change (one tuple
-    comparison by identity per call: the fused modules' forwards ask on every call)."""
+    """``establish(children)``, kept on ``module`` until its children change: another module in
+    their place, or a hook or per-instance ``forward`` put on one of them (or taken off) since,
+    which the fused op would bypass (one tuple comparison by identity and a look at each
+    child's hook dictionaries per call, about 1.5 us for a 7-module stack)."""
+    key = (children, _all_plain(children))
     seen = module.__dict__.get("_established")
-    if seen is None or seen[0] != children:
-        seen = module.__dict__["_established"] = (children, establish(children))
+    if seen is None or seen[0] != key:
+        seen = module.__dict__["_established"] = (key, establish(children))
     return seen[1]

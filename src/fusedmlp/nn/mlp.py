@@ -36,8 +36,8 @@ class FusedMLP(nn.Sequential):
     checkpoints of the Sequential load unchanged; only ``forward`` differs: it calls
     ``fusedmlp.mlp`` with the Linear layers' parameters (the activation modules are there for
     the keys, the repr and ``unfuse``). Where the children stop computing that stack (a child
-    replaced or appended afterwards, a Linear wrapped by PEFT) the forward runs the children
-    one by one instead, with a warning; a slice is a plain ``nn.Sequential``.
+    replaced or appended afterwards, a Linear wrapped by PEFT) or carry a hook, the forward
+    runs the children one by one instead, with a warning; a slice is a plain ``nn.Sequential``.
 
     Args:
         sizes: ``[in, hidden_1, ..., out]``, at least two entries.
@@ -87,7 +87,7 @@ class FusedMLP(nn.Sequential):
         stack = linear_stack(children)
         if stack is not None and (stack[1] or self.activation, stack[2]) == (self.activation, self.last_activation):
             return stack[0]
-        warnings.warn("FusedMLP: its children no longer compute the fused stack "
+        warnings.warn("FusedMLP: its children no longer compute the fused stack, or carry hooks "
                       f"(activation={self.activation}, last_activation={self.last_activation}); "
                       "running them one by one", stacklevel=6)
         return None
