@@ -840,7 +840,7 @@ def test_patch_peft_lora(device, merged):
 
     y_peft, grads_peft = run()
     replaced = fusedmlp.patch(model)
-    assert [r.new_type for r in replaced] == ["LoRALinear", "LoRALinear"], replaced
+    assert [r.new_type for r in replaced] == ["PeftLoRALinear", "PeftLoRALinear"], replaced
     lora_layers = [m for m in model.modules() if isinstance(m, fusedmlp.LoRALinear)]
     assert len(lora_layers) == 2 and all(m.merged == merged for m in lora_layers)
     assert list(model.state_dict()) == keys
@@ -864,7 +864,7 @@ def test_patch_peft_lora_with_fp32_adapters_on_bf16(device):
     x = torch.randn(9, 24, device=device, dtype=torch.bfloat16)
     g = torch.randn(9, 16, device=device, dtype=torch.bfloat16)
     y_peft = model(x)
-    assert [r.new_type for r in fusedmlp.patch(model)] == ["LoRALinear", "LoRALinear"]
+    assert [r.new_type for r in fusedmlp.patch(model)] == ["PeftLoRALinear", "PeftLoRALinear"]
     y = model(x)
     y.backward(g)
     y_ref = reference(x.double())
@@ -894,6 +894,51 @@ def test_peft_merge_and_unload_after_patch(device):
     with pytest.raises(ValueError, match="NaN or inf"):
         layer.merge(safe_merge=True)
     assert not layer.merged and torch.isfinite(layer.base_layer.weight).all()
+
+
+def test_peft_helpers_reach_patched_layers(device, tmp_path):
+    """PEFT's model-level helpers reach patched layers (tuner layers of PEFT's): save_pretrained
+    saves the adapter as the unpatched model does and it loads back; disable_adapter() and
+    disable_adapter_layers() run the base model; merge_adapter / unmerge_adapter fold the
+    update in and out; a state switched while patched goes back to PEFT's layers on unpatch."""
+    peft = pytest.importorskip("peft")
+    safetensors = pytest.importorskip("safetensors.torch")
+    model = _peft_model(device, torch.float64)
+    x = torch.randn(5, 24, device=device, dtype=torch.float64)
+    y_peft = model(x)
+    with model.disable_adapter():
+        y_base = model(x)
+    model.save_pretrained(tmp_path / "unpatched")
+    fusedmlp.patch(model)
+    layers = [m for m in model.modules() if isinstance(m, fusedmlp.LoRALinear)]
+    assert len(layers) == 2 and model.get_model_status().num_adapter_layers == 2
+
+    model.save_pretrained(tmp_path / "patched")
+    saved = {d: safetensors.load_file(tmp_path / d / "adapter_model.safetensors") for d in ("unpatched", "patched")}
+    assert saved["patched"].keys() == saved["unpatched"].keys() and len(saved["patched"]) == 4
+    for key, value in saved["unpatched"].items():
+        assert torch.equal(saved["patched"][key], value), key
+    base = nn.Sequential(nn.Linear(24, 40), nn.ReLU(), nn.Linear(40, 16)).to(device, torch.float64)
+    base_state = model.get_base_model().state_dict()
+    base.load_state_dict({key.replace("base_layer.", ""): value for key, value in base_state.items() if "lora_" not in key})
+    reloaded = peft.PeftModel.from_pretrained(base, tmp_path / "patched")
+    assert_close(reloaded(x), y_peft, torch.float64, "reloaded adapter")
+
+    with model.disable_adapter():
+        assert_close(model(x), y_base, torch.float64, "inside disable_adapter()")
+    assert_close(model(x), y_peft, torch.float64, "after disable_adapter()")
+    model.merge_adapter()
+    assert all(m.merged for m in layers)
+    assert_close(model(x), y_peft, torch.float64, "merged")
+    model.unmerge_adapter()
+    assert not any(m.merged for m in layers)
+    assert_close(model(x), y_peft, torch.float64, "unmerged")
+    model.base_model.disable_adapter_layers()
+    assert_close(model(x), y_base, torch.float64, "adapter layers disabled")
+    fusedmlp.unpatch(model)
+    assert_close(model(x), y_base, torch.float64, "disabled, unpatched")
+    model.base_model.enable_adapter_layers()
+    assert_close(model(x), y_peft, torch.float64, "enabled again, unpatched")
 
 
 @pytest.mark.filterwarnings("ignore:Already unmerged")  # PEFT's, where the layer was unmerged while patched

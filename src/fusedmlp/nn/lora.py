@@ -124,10 +124,14 @@ class LoRALinear(nn.Module):
                              "the activation")
         return self.base_layer
 
+    def _base_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The base layer and the activation alone (merged: the update is in the weight)."""
+        return linear_act(x, self.base_layer.weight, self.base_layer.bias, self.activation, self.save_preact)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight, bias = self.base_layer.weight, self.base_layer.bias
         if self.merged:
-            return linear_act(x, weight, bias, self.activation, self.save_preact)
+            return self._base_forward(x)
+        weight, bias = self.base_layer.weight, self.base_layer.bias
         lora_a, lora_b = self.lora_a, self.lora_b
         args = (x, weight, bias, lora_a, lora_b, self.scaling, self.activation,
                 self.dropout if self.training else 0.0, self.save_preact)

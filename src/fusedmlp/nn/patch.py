@@ -39,7 +39,8 @@ optimizers, checkpoints and weight tying keep working. The rules:
    ``nn.Identity()``: indices and keys are unchanged.
 
 4. **PEFT LoRA** ``Linear`` (``peft.tuners.lora.layer.Linear``, when ``peft`` is imported)
-   -> ``fusedmlp.LoRALinear`` sharing its ``base_layer``, ``lora_A`` and ``lora_B`` modules, so
+   -> ``fusedmlp.nn.peft_lora.PeftLoRALinear`` (a ``fusedmlp.LoRALinear`` that is also one of
+   PEFT's tuner layers) sharing its ``base_layer``, ``lora_A`` and ``lora_B`` modules, so
    the state-dict keys stay PEFT's (``base_layer.weight``, ``lora_A.default.weight``, ...). A
    layer qualifies when it has exactly one adapter and it is the active one, adapters are
    not disabled, the adapter is plain LoRA (no DoRA or other variant, no ``lora_bias``, not
@@ -48,14 +49,15 @@ optimizers, checkpoints and weight tying keep working. The rules:
    or, on a 16-bit base, in fp32 (PEFT's default: the fused forward casts them, as autocast
    would), and its dropout is ``nn.Dropout`` or ``nn.Identity``. A merged layer stays merged
    (the forward runs the base layer alone, as PEFT's does); ``LoRALinear.unmerge()`` takes the
-   update out again, and ``unpatch`` tells PEFT's layer which state it is in. PEFT's
-   ``merge_and_unload`` works on a patched model; its other helpers look for PEFT layers and
-   miss the patched ones (``save_pretrained`` would save no adapter weights,
-   ``disable_adapter()``, ``set_adapter`` and ``merge_adapter`` would not reach them):
-   ``unpatch`` first. Likewise add or load adapters before patching, or unpatch first: PEFT
-   wraps whatever ``nn.Linear`` it finds, a ``FusedLinear`` too, whose output already has
-   its activation applied. (The fused SwiGLU, GEGLU and MLP modules see a projection
-   wrapped since and run their children unfused, which stays right.)
+   update out again. PEFT's model-level helpers reach the patched layers as they reach their
+   own: ``save_pretrained`` (the same adapter file as before patching), ``disable_adapter()``
+   and ``disable_adapter_layers``, ``merge_adapter`` / ``unmerge_adapter`` and
+   ``merge_and_unload``; and
+   ``unpatch`` gives PEFT's layer the state switched since (merged, active, disabled). Add or
+   load adapters before patching, or unpatch first: PEFT wraps whatever ``nn.Linear`` it
+   finds, a ``FusedLinear`` too, whose output already has its activation applied, and puts a
+   second adapter into its own layers only. (The fused SwiGLU, GEGLU and MLP modules see a
+   projection wrapped since and run their children unfused, which stays right.)
 
 5. **A whole MLP in an** ``nn.Sequential`` (the class itself or a subclass that does not
    override ``forward``) -> ``fusedmlp.FusedMLP`` holding the same child modules (so indices
@@ -225,12 +227,12 @@ def unpatch(model: nn.Module) -> PatchResult:
 def _hand_back(replacement: nn.Module, original: nn.Module) -> None:
     """What the replacement holds of its own goes back to the original: a FusedLinear's
     parameters (it shares the Parameter objects, not the module, and they may have been
-    reassigned since: ``load_state_dict(assign=True)``, a dtype conversion), a LoRALinear's
-    merge state (PEFT's layer must know whether its base weight holds the update)."""
+    reassigned since: ``load_state_dict(assign=True)``, a dtype conversion), a PeftLoRALinear's
+    merge and adapter state (PEFT's layer must know whether its base weight holds the update)."""
     if isinstance(replacement, FusedLinear):
         original.weight, original.bias = replacement.weight, replacement.bias
-    elif isinstance(replacement, LoRALinear) and hasattr(original, "merged_adapters"):
-        original.merged_adapters = [replacement.adapter_name] if replacement.merged else []
+    elif hasattr(replacement, "hand_back"):  # a PeftLoRALinear
+        replacement.hand_back(original)
 
 
 def _check_module(model) -> None:
@@ -331,7 +333,7 @@ def _geglu_activation(module: nn.Module) -> Optional[str]:
 
 
 def _peft_lora(module: nn.Module) -> Optional[LoRALinear]:
-    """Rule 4: the LoRALinear standing in for a plain PEFT LoRA Linear, or None."""
+    """Rule 4: the PeftLoRALinear standing in for a plain PEFT LoRA Linear, or None."""
     peft_layers = sys.modules.get("peft.tuners.lora.layer")  # a model holding PEFT layers has imported it
     if peft_layers is None or type(module) is not getattr(peft_layers, "Linear", None):
         return None
@@ -363,8 +365,8 @@ def _peft_lora(module: nn.Module) -> Optional[LoRALinear]:
     merged = list(module.merged_adapters) == [name]
     if module.merged_adapters and not merged:
         return None
-    return LoRALinear.from_modules(base, module.lora_A, module.lora_B, name, module.scaling[name], dropout=p,
-                                   merged=merged, lora_alpha=module.lora_alpha.get(name))
+    from .peft_lora import PeftLoRALinear  # (imports peft, which the model's layers have imported)
+    return PeftLoRALinear.from_peft(module, name, p, merged)
 
 
 def _has_own_state(module: nn.Module) -> bool:
