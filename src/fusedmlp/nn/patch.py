@@ -52,12 +52,12 @@ optimizers, checkpoints and weight tying keep working. The rules:
    update out again. PEFT's model-level helpers reach the patched layers as they reach their
    own: ``save_pretrained`` (the same adapter file as before patching), ``disable_adapter()``
    and ``disable_adapter_layers``, ``merge_adapter`` / ``unmerge_adapter`` and
-   ``merge_and_unload``; and
-   ``unpatch`` gives PEFT's layer the state switched since (merged, active, disabled). Add or
-   load adapters before patching, or unpatch first: PEFT wraps whatever ``nn.Linear`` it
-   finds, a ``FusedLinear`` too, whose output already has its activation applied, and puts a
-   second adapter into its own layers only. (The fused SwiGLU, GEGLU and MLP modules see a
-   projection wrapped since and run their children unfused, which stays right.)
+   ``merge_and_unload``; ``unpatch`` gives PEFT's layer the state switched since (merged,
+   active, disabled). Add or load adapters before patching, or unpatch first: PEFT wraps
+   whatever ``nn.Linear`` it finds, a ``FusedLinear`` too, whose output already has its
+   activation applied, and puts a second adapter into its own layers only. (The fused SwiGLU,
+   GEGLU and MLP modules see a projection wrapped since and run their children unfused, which
+   stays right.)
 
 5. **A whole MLP in an** ``nn.Sequential`` (the class itself or a subclass that does not
    override ``forward``) -> ``fusedmlp.FusedMLP`` holding the same child modules (so indices
