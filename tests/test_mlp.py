@@ -580,7 +580,7 @@ def test_patch_fuses_whole_sequentials(device):
     keys = model.state_dict().keys()
     records = fusedmlp.patch(model)
     assert [(r.name, r.new_type) for r in records] == [("bottom", "FusedMLP"), ("top.0", "FusedLinear"),
-                                                       ("top.1", "Identity")]
+                                                       ("top.1", "PairedActivation")]
     assert model.state_dict().keys() == keys
     assert model.bottom.activation == "relu" and model.bottom.last_activation == "relu"
     after = model(x)

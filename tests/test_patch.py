@@ -16,6 +16,7 @@ from helpers import GatedMLP, rel_err
 from torch import nn
 
 import fusedmlp
+from fusedmlp.nn.linear_act import PairedActivation
 from fusedmlp.nn.patch import PatchedGEGLU
 
 F64 = torch.float64
@@ -286,7 +287,7 @@ def test_sequential_linear_activation_pairs_are_fused(activations, names):
     result = fusedmlp.patch(model)
 
     assert len(result) == 6
-    assert [type(m) for m in model] == [fusedmlp.FusedLinear, nn.Identity] * 3
+    assert [type(m) for m in model] == [fusedmlp.FusedLinear, PairedActivation] * 3
     assert [m.activation for m in model[::2]] == names
     _assert_same_snapshot(model, snapshot)
     _assert_same_results(model, reference, torch.randn(3, 5, 13, dtype=F64), MODEL_TOLERANCE[F64])
@@ -308,7 +309,7 @@ def test_sequential_pairs_that_are_not_linear_activation_are_left_alone():
         nn.Linear(4, 4),  # last: nothing follows
     )
     result = fusedmlp.patch(model)
-    assert [tuple(r) for r in result] == [("2", "Linear", "FusedLinear"), ("3", "GELU", "Identity")]
+    assert [tuple(r) for r in result] == [("2", "Linear", "FusedLinear"), ("3", "GELU", "PairedActivation")]
 
 
 def test_named_sequential_keeps_its_names():
@@ -394,11 +395,91 @@ def test_unpatch_hands_back_parameters_reassigned_since():
     torch.testing.assert_close(model(x), patched_out)
 
 
-@pytest.mark.parametrize("where", ["llama", "sequential", "geglu"])
+def test_sequential_pair_stays_right_when_broken(monkeypatch):
+    """A rule 3 pair whose FusedLinear is hooked or replaced, or whose activation module is
+    hooked or replaced, computes what the unpatched Sequential did, each hook seeing the values
+    it saw there; the fused op runs while the pair stands, in the patched model and in copies
+    of it (deepcopy, pickle), whose pairs are their own."""
+    import io
+
+    from fusedmlp.nn import linear_act as linear_act_module
+
+    torch.manual_seed(11)
+    reference = nn.Sequential(nn.Linear(6, 16), nn.GELU(approximate="tanh"), nn.LayerNorm(16), nn.Linear(16, 3)).to(F64)
+    model = copy.deepcopy(reference)
+    assert [r.new_type for r in fusedmlp.patch(model)] == ["FusedLinear", "PairedActivation"]
+    fused_calls, op = [], linear_act_module.linear_act
+    monkeypatch.setattr(linear_act_module, "linear_act", lambda *a, **k: fused_calls.append(1) or op(*a, **k))
+    x = torch.randn(5, 6, dtype=F64)
+    pre, act = reference[0](x), F.gelu(reference[0](x), approximate="tanh")
+
+    _assert_same_results(model, reference, x, MODEL_TOLERANCE[F64])
+    assert len(fused_calls) == 1
+
+    for where in (0, 1):  # a hook on either module sees the unpatched model's values
+        seen = []
+        handle = model[where].register_forward_hook(lambda m, args, out: seen.append((args[0], out)))
+        _assert_same_results(model, reference, x, MODEL_TOLERANCE[F64])
+        assert len(fused_calls) == 1 and len(seen) == 1
+        want = (x, pre) if where == 0 else (pre, act)
+        for got, expected in zip(seen[0], want):
+            assert rel_err(got, expected) < MODEL_TOLERANCE[F64]
+        handle.remove()
+    _assert_same_results(model, reference, x, MODEL_TOLERANCE[F64])
+    assert len(fused_calls) == 2
+
+    for where, module in ((1, nn.Tanh()), (0, nn.Linear(6, 16).to(F64))):  # another module in either place
+        changed, changed_reference = copy.deepcopy(model), copy.deepcopy(reference)
+        changed[where] = module
+        changed_reference[where] = copy.deepcopy(module)
+        if where == 0:
+            changed_reference[0].load_state_dict(module.state_dict())
+        calls = len(fused_calls)
+        _assert_same_results(changed, changed_reference, x, MODEL_TOLERANCE[F64])
+        assert len(fused_calls) == calls
+    _assert_same_results(model, reference, x, MODEL_TOLERANCE[F64])  # the copies' changes left it whole
+
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert loaded[1]._pair.parent is loaded and loaded[0]._pair is loaded[1]._pair
+    calls = len(fused_calls)
+    _assert_same_results(loaded, reference, x, MODEL_TOLERANCE[F64])
+    assert len(fused_calls) == calls + 1
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["standing", "wrapped"])
+def test_sequential_pair_compiles_fullgraph(broken):
+    """A patched pair under torch.compile(fullgraph=True), standing (the fused op) or with its
+    FusedLinear wrapped by another module (the linear and the activation apart), matches the
+    Sequential."""
+    torch._dynamo.reset()
+    torch.manual_seed(12)
+    reference = nn.Sequential(nn.Linear(6, 16), nn.SiLU(), nn.Dropout(0.0), nn.Linear(16, 3))
+    model = copy.deepcopy(reference)
+    fusedmlp.patch(model)
+    if broken:  # wrapped as PEFT wraps a Linear: the wrapper calls it and changes its output
+        class Doubled(nn.Module):
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, x):
+                return 2 * self.inner(x)
+
+        model[0], reference[0] = Doubled(model[0]), Doubled(reference[0])
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    x = torch.randn(4, 6)
+    torch.testing.assert_close(compiled(x), reference(x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("where", ["llama", "sequential", "pair", "geglu"])
 def test_peft_adapters_added_after_patching_still_count(where):
     """PEFT adapters added to a patched model wrap the fused blocks' projections: SwiGLU,
-    PatchedGEGLU and FusedMLP then run their children unfused, and the outputs and gradients
-    are PEFT's on the unpatched model."""
+    PatchedGEGLU and FusedMLP then run their children unfused, a rule 3 pair's FusedLinear its
+    linear alone (PEFT adds its term before the activation, as on the unpatched model), and the
+    outputs and gradients are PEFT's on the unpatched model."""
     peft = pytest.importorskip("peft")
     torch.manual_seed(3)
     if where == "llama":
@@ -407,6 +488,9 @@ def test_peft_adapters_added_after_patching_still_count(where):
     elif where == "sequential":
         model = Wrapper(nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))).to(F64)
         model, targets, inputs = model, ["blocks.0.0", "blocks.0.2"], torch.randn(4, 6, dtype=F64)
+    elif where == "pair":  # the dropout keeps it from being a whole MLP (rule 5): a pair, then a Linear
+        model = Wrapper(nn.Sequential(nn.Linear(6, 16), nn.GELU(), nn.Dropout(0.0), nn.Linear(16, 3))).to(F64)
+        model, targets, inputs = model, ["blocks.0.0", "blocks.0.3"], torch.randn(4, 6, dtype=F64)
     else:
         model, targets, inputs = FeedForward(6, 10).to(F64), ["proj"], torch.randn(4, 6, dtype=F64)
     reference = copy.deepcopy(model)

@@ -35,8 +35,11 @@ optimizers, checkpoints and weight tying keep working. The rules:
 3. **Linear + activation in an** ``nn.Sequential`` (or a subclass that does not override
    ``forward``): a plain ``nn.Linear`` directly followed by ``nn.ReLU``, ``nn.GELU``
    (``approximate`` "none" or "tanh"), ``nn.SiLU``, ``nn.Sigmoid`` or ``SquaredReLU`` becomes
-   ``fusedmlp.FusedLinear.from_linear(linear, activation)`` and the activation becomes
-   ``nn.Identity()``: indices and keys are unchanged.
+   ``fusedmlp.FusedLinear.from_linear(linear, activation)`` and the activation becomes a
+   ``PairedActivation``: indices and keys are unchanged. The identity while the pair stands;
+   once the FusedLinear is wrapped (PEFT) or replaced, or either module is hooked, the
+   FusedLinear returns the linear alone and the PairedActivation applies the activation, so
+   the Sequential computes what it did before.
 
 4. **PEFT LoRA** ``Linear`` (``peft.tuners.lora.layer.Linear``, when ``peft`` is imported)
    -> ``fusedmlp.nn.peft_lora.PeftLoRALinear`` (a ``fusedmlp.LoRALinear`` that is also one of
@@ -53,11 +56,11 @@ optimizers, checkpoints and weight tying keep working. The rules:
    own: ``save_pretrained`` (the same adapter file as before patching), ``disable_adapter()``
    and ``disable_adapter_layers``, ``merge_adapter`` / ``unmerge_adapter`` and
    ``merge_and_unload``; ``unpatch`` gives PEFT's layer the state switched since (merged,
-   active, disabled). Add or load adapters before patching, or unpatch first: PEFT wraps
-   whatever ``nn.Linear`` it finds, a ``FusedLinear`` too, whose output already has its
-   activation applied, and puts a second adapter into its own layers only. (The fused SwiGLU,
-   GEGLU and MLP modules see a projection wrapped since and run their children unfused, which
-   stays right.)
+   active, disabled). Add or load adapters before patching, or unpatch first: adapters added
+   after patching wrap the fused modules' Linears, which then run unfused (right, but without
+   the fused kernels: the SwiGLU, GEGLU and MLP modules run their children one by one, a rule 3
+   pair its linear and activation apart), and PEFT puts a second adapter into its own layers
+   only.
 
 5. **A whole MLP in an** ``nn.Sequential`` (the class itself or a subclass that does not
    override ``forward``) -> ``fusedmlp.FusedMLP`` holding the same child modules (so indices
@@ -94,7 +97,7 @@ from torch import nn
 from ..ops.glu import geglu
 from ._modules import (GELU_APPROXIMATE, established, is_plain, is_plain_linear, linear_stack, module_activation,
                        plain_linears)
-from .linear_act import FusedLinear
+from .linear_act import FusedLinear, PairedActivation
 from .lora import LoRALinear
 from .mlp import FusedMLP
 from .swiglu import SwiGLU
@@ -287,9 +290,10 @@ def _fuse_sequential(seq: nn.Sequential, seq_name: str) -> List[_Swap]:
     for (lin_key, linear), (act_key, act) in itertools.pairwise(items):
         activation = module_activation(act)
         if activation not in (None, "identity") and is_plain_linear(linear):
-            swaps.append(_Swap(seq, lin_key, _join(seq_name, lin_key), linear,
-                               FusedLinear.from_linear(linear, activation=activation)))
-            swaps.append(_Swap(seq, act_key, _join(seq_name, act_key), act, nn.Identity()))
+            fused = FusedLinear.from_linear(linear, activation=activation)
+            swaps.append(_Swap(seq, lin_key, _join(seq_name, lin_key), linear, fused))
+            swaps.append(_Swap(seq, act_key, _join(seq_name, act_key), act,
+                               PairedActivation.pair(seq, lin_key, fused, act_key, activation)))
     return swaps
 
 
