@@ -87,7 +87,8 @@ class PairedActivation(nn.Module):
     place (PEFT wraps it in a LoRA layer, which adds its term to the linear's output before
     this module runs; another module put there) or while either module carries a hook or a
     per-instance ``forward``. No parameters or buffers: the state dict is the Sequential's
-    before patching.
+    before patching. Not caught: a slice of the Sequential that splits a standing pair (the
+    FusedLinear alone still applies the activation, this module alone does not).
     """
 
     def __init__(self, activation: str):
