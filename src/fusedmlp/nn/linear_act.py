@@ -91,10 +91,11 @@ class PairedActivation(nn.Module):
     FusedLinear alone still applies the activation, this module alone does not).
     """
 
+    _pair: Optional[_Pair] = None  # set by ``pair``; a PairedActivation without one is its activation
+
     def __init__(self, activation: str):
         super().__init__()
         self.activation = check_activation(activation)
-        self._pair: Optional[_Pair] = None
 
     @staticmethod
     def pair(parent: nn.Module, linear_key: str, linear: FusedLinear, act_key: str,
