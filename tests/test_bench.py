@@ -323,7 +323,7 @@ def test_cli_rejects_bad_arguments(capsys):
         cli.main(["bench", "mlp", "--backward-thread", "sideways"])
     assert "invalid choice: 'sideways'" in capsys.readouterr().err
     assert cli.main(["bench", "geglu", "--activation", "relu"]) == 2
-    assert "--activation applies to the linear_act suite, not geglu" in capsys.readouterr().err
+    assert "--activation applies to the linear_act and swiglu suites, not geglu" in capsys.readouterr().err
     assert cli.main(["bench", "linear_act", "--activation", "swish"]) == 2
     assert "activation must be one of" in capsys.readouterr().err
     assert cli.main(["bench", "swiglu", "--rounds", "0"]) == 2
@@ -594,6 +594,27 @@ def test_linear_act_suite_takes_the_activation(monkeypatch):
     b = torch.randn(6, dtype=torch.float64)
     pre = x @ w.t() + b
     assert torch.allclose(linear_suite.eager_linear_act(x, w, b), torch.nn.functional.gelu(pre))
+
+
+def test_swiglu_suite_takes_the_gate_activation(monkeypatch):
+    """``--activation`` on the swiglu suite: every impl gates with it (fused and eager against
+    the float64 reference); Liger only for silu and gelu_tanh, QuACK only for silu."""
+    from fusedmlp.bench import quack
+    from fusedmlp.bench.suites import swiglu as swiglu_suite
+    from fusedmlp.ops.swiglu import swiglu_reference
+
+    monkeypatch.setattr(swiglu_suite, "ACTIVATION", swiglu_suite.ACTIVATION)  # restored afterwards
+    monkeypatch.setattr(harness, "module_importable", lambda name: name in (quack.MODULE, "liger_kernel.ops.geglu"))
+    x, wg, wu, wd = (torch.randn(*shape, dtype=torch.float64) for shape in [(5, 8), (12, 8), (12, 8), (8, 12)])
+    for act, liger, quack_offered in (("silu", False, True), ("gelu_tanh", True, False), ("relu", False, False)):
+        swiglu_suite.set_activation(act)
+        impls = swiglu_suite.default_impls()
+        assert ("liger" in impls, "quack" in impls, "quack_recompute" in impls) == (liger, quack_offered, quack_offered)
+        want = swiglu_reference(x, wg, wu, wd, act)
+        torch.testing.assert_close(swiglu_suite.eager_swiglu(x, wg, wu, wd), want, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(swiglu_suite._forward_fn("fused")(x, wg, wu, wd), want, rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="activation must be one of"):
+        swiglu_suite.set_activation("tanh")
 
 
 def test_default_impls():

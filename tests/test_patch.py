@@ -1,4 +1,5 @@
-"""``fusedmlp.patch`` / ``unpatch`` on a real Hugging Face Llama, nn.Sequential stacks and GEGLU blocks.
+"""``fusedmlp.patch`` / ``unpatch`` on real Hugging Face Llama and Gemma models, nn.Sequential stacks and
+GEGLU blocks.
 
 Every check compares the patched model with an unpatched copy on the same inputs: outputs and
 the gradient of every parameter, state-dict keys, and identity of the parameter objects
@@ -34,6 +35,17 @@ def _tiny_llama(**config):
         num_key_value_heads=2, vocab_size=101, **config,
     )
     return transformers.LlamaForCausalLM(config).eval()
+
+
+def _tiny_gemma(version):
+    """A Gemma (1 or 2) of random weights: its MLPs gate with transformers' tanh GELU."""
+    transformers = pytest.importorskip("transformers")
+    prefix = {1: "Gemma", 2: "Gemma2"}[version]
+    config = getattr(transformers, f"{prefix}Config")(
+        hidden_size=64, intermediate_size=88, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, vocab_size=101,
+    )
+    return getattr(transformers, f"{prefix}ForCausalLM")(config).eval()
 
 
 class ScaledGatedMLP(GatedMLP):
@@ -198,18 +210,44 @@ def test_llama_copy_leaves_the_original_untouched():
     assert all(torch.equal(t, state[name]) for name, t in model.state_dict().items())
 
 
-@pytest.mark.parametrize("config", [{"hidden_act": "gelu"}, {"mlp_bias": True}], ids=["gelu", "bias"])
-def test_llama_mlp_that_is_not_swiglu_is_left_alone(config):
-    model = _tiny_llama(**config)
+def test_llama_mlp_with_a_bias_is_left_alone():
+    model = _tiny_llama(mlp_bias=True)
     assert fusedmlp.patch(model) == []
     assert all(type(layer.mlp).__name__ == "LlamaMLP" for layer in model.model.layers)
+
+
+@pytest.mark.parametrize("make, old_type, activation", [
+    (lambda: _tiny_gemma(1), "GemmaMLP", "gelu_tanh"),
+    (lambda: _tiny_gemma(2), "Gemma2MLP", "gelu_tanh"),
+    (lambda: _tiny_llama(hidden_act="gelu"), "LlamaMLP", "gelu"),
+    (lambda: _tiny_llama(hidden_act="relu"), "LlamaMLP", "relu"),
+], ids=["gemma", "gemma2", "llama-gelu", "llama-relu"])
+def test_gated_feed_forwards_with_other_activations(make, old_type, activation):
+    """Gemma's GeGLU feed-forward (and a Llama configured with another hidden_act): a SwiGLU
+    with the gate's activation, same logits and gradients; unpatch restores."""
+    model = make().double()
+    reference = copy.deepcopy(model)
+    snapshot = _snapshot(model)
+    inputs = torch.randint(0, 101, (2, 9))
+
+    result = fusedmlp.patch(model)
+
+    assert [tuple(r) for r in result] == [(f"model.layers.{i}.mlp", old_type, "SwiGLU") for i in range(2)]
+    assert all(layer.mlp.activation == activation for layer in model.model.layers)
+    _assert_same_snapshot(model, snapshot)
+    _assert_same_results(model, reference, inputs, MODEL_TOLERANCE[F64])
+    assert len(fusedmlp.unpatch(model)) == 2
+    assert all(type(layer.mlp).__name__ == old_type for layer in model.model.layers)
 
 
 # --------------------------------------------------------------------------------------
 # Rule 1 on classes transformers does not know
 # --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("act_fn", [nn.SiLU(), nn.SiLU(inplace=True), F.silu], ids=["SiLU", "inplace", "F.silu"])
-def test_swiglu_look_alike_is_replaced(act_fn):
+@pytest.mark.parametrize("act_fn, activation", [
+    (nn.SiLU(), "silu"), (nn.SiLU(inplace=True), "silu"), (F.silu, "silu"), (nn.GELU(approximate="tanh"), "gelu_tanh"),
+    (nn.GELU(), "gelu"), (F.gelu, "gelu"), (nn.ReLU(), "relu"), (nn.Sigmoid(), "sigmoid"), (nn.Identity(), "identity"),
+], ids=["SiLU", "inplace", "F.silu", "GELU-tanh", "GELU", "F.gelu", "ReLU", "Sigmoid", "Identity"])
+def test_swiglu_look_alike_is_replaced(act_fn, activation):
     model = Wrapper(GatedMLP(20, 37, act_fn), GatedMLP(20, 11, act_fn)).to(F64)
     reference = copy.deepcopy(model)
     snapshot = _snapshot(model)
@@ -217,6 +255,7 @@ def test_swiglu_look_alike_is_replaced(act_fn):
     result = fusedmlp.patch(model)
 
     assert [tuple(r) for r in result] == [(f"blocks.{i}", "GatedMLP", "SwiGLU") for i in range(2)]
+    assert all(block.activation == activation for block in model.blocks)
     _assert_same_snapshot(model, snapshot)
     _assert_same_results(model, reference, torch.randn(3, 5, 20, dtype=F64), MODEL_TOLERANCE[F64])
 
@@ -227,7 +266,7 @@ def _with_hook(module, child=None):
 
 
 @pytest.mark.parametrize("make", [
-    lambda: GatedMLP(8, 12, nn.GELU()),
+    lambda: GatedMLP(8, 12, nn.Softplus()),
     lambda: GatedMLP(8, 12, nn.Tanh()),
     lambda: GatedMLP(8, 12, LearnableSwish()),
     lambda: GatedMLP(8, 12, lambda x: x * torch.sigmoid(x)),
@@ -236,7 +275,7 @@ def _with_hook(module, child=None):
     lambda: DroppedGatedMLP(8, 12, nn.SiLU()),
     lambda: _with_hook(GatedMLP(8, 12, nn.SiLU())),
     lambda: _with_hook(GatedMLP(8, 12, nn.SiLU()), "up_proj"),
-], ids=["gelu", "tanh", "learnable-swish", "lambda", "bias", "scaled", "dropout", "hook", "child-hook"])
+], ids=["softplus", "tanh", "learnable-swish", "lambda", "bias", "scaled", "dropout", "hook", "child-hook"])
 def test_gated_mlp_that_may_not_be_swiglu_is_left_alone(make):
     model = Wrapper(make())
     block = model.blocks[0]
@@ -474,7 +513,7 @@ def test_sequential_pair_compiles_fullgraph(broken):
     torch.testing.assert_close(compiled(x), reference(x), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("where", ["llama", "sequential", "pair", "geglu"])
+@pytest.mark.parametrize("where", ["llama", "gemma", "sequential", "pair", "geglu"])
 def test_peft_adapters_added_after_patching_still_count(where):
     """PEFT adapters added to a patched model wrap the fused blocks' projections: SwiGLU,
     PatchedGEGLU and FusedMLP then run their children unfused, a rule 3 pair's FusedLinear its
@@ -482,9 +521,9 @@ def test_peft_adapters_added_after_patching_still_count(where):
     outputs and gradients are PEFT's on the unpatched model."""
     peft = pytest.importorskip("peft")
     torch.manual_seed(3)
-    if where == "llama":
-        model, targets = _tiny_llama().to(F64), ["gate_proj", "up_proj", "down_proj"]
-        inputs = torch.randint(0, 101, (2, 7))
+    if where in ("llama", "gemma"):
+        model = (_tiny_llama() if where == "llama" else _tiny_gemma(1)).to(F64)
+        targets, inputs = ["gate_proj", "up_proj", "down_proj"], torch.randint(0, 101, (2, 7))
     elif where == "sequential":
         model = Wrapper(nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))).to(F64)
         model, targets, inputs = model, ["blocks.0.0", "blocks.0.2"], torch.randn(4, 6, dtype=F64)

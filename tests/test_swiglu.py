@@ -27,13 +27,14 @@ def make_inputs(lead_shape, dim, hidden, device, out_dim=None, grads=(True, True
     return tensors, g
 
 
-def run_check(tensors64, g64, dtype, recompute, what="", transform=lambda ts: ts):
+def run_check(tensors64, g64, dtype, recompute, what="", transform=lambda ts: ts, activation="silu"):
     # the reference runs on the very values the op gets (rounded to dtype), in float64
     tensors64 = [t.detach().to(dtype).double().requires_grad_(t.requires_grad) for t in tensors64]
     tensors = transform([t.detach().to(dtype) for t in tensors64])
     check_against_float64(
-        lambda *ts: fusedmlp.swiglu(*ts, recompute=recompute), swiglu_reference,
-        tensors, tensors64, g64.to(dtype), g64, f"{what} recompute={recompute}",
+        lambda *ts: fusedmlp.swiglu(*ts, recompute=recompute, activation=activation),
+        lambda *ts: swiglu_reference(*ts, activation),
+        tensors, tensors64, g64.to(dtype), g64, f"{what} recompute={recompute} activation={activation}",
     )
 
 
@@ -47,6 +48,16 @@ def run_check(tensors64, g64, dtype, recompute, what="", transform=lambda ts: ts
 def test_matches_float64(device, dtype, recompute, lead_shape, dim, hidden, out_dim):
     tensors, g = make_inputs(lead_shape, dim, hidden, device, out_dim)
     run_check(tensors, g, dtype, recompute)
+
+
+@pytest.mark.parametrize("activation", ["gelu_tanh", "gelu", "relu", "squared_relu", "sigmoid", "identity"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("recompute", [False, True], ids=["store", "recompute"])
+def test_other_gate_activations(device, activation, dtype, recompute):
+    """``activation`` other than silu (gelu_tanh: Gemma's GeGLU feed-forward): the same kernels
+    with that epilogue, output and every gradient against float64, 3-D input and odd widths."""
+    tensors, g = make_inputs((3, 13), 40, 56, device, out_dim=24)
+    run_check(tensors, g, dtype, recompute, activation=activation)
 
 
 @pytest.mark.parametrize(
@@ -184,9 +195,10 @@ def test_store_backward_allocates_no_dh():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("activation", ["silu", "gelu_tanh"])
 @pytest.mark.parametrize("wide", [False, True], ids=["128x64", "128x128"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-def test_pingpong_backward_on_gpu(monkeypatch, dtype, wide):
+def test_pingpong_backward_on_gpu(monkeypatch, dtype, wide, activation):
     """The store mode's dh with g = gy @ W_down formed on the ping-pong kernel's tile (compute
     capability 9.0), on 3 SMs (several tiles per program; partial row, column and K tiles):
     dh and z against float64 into new tensors and in place (dh over h, z over a scratch),
@@ -206,12 +218,12 @@ def test_pingpong_backward_on_gpu(monkeypatch, dtype, wide):
     h = torch.randn(rows, 2 * hidden, dtype=torch.float64)
     w_down = torch.randn(dim, hidden, dtype=torch.float64) / hidden**0.5
     exact = [t.to(dtype).double() for t in (gy, x, w_up, w_gate, h, w_down)]
-    dh_ref, _, z_ref = glu_ops.glu_backward_dh_impl(*exact[:4], None, None, exact[4], "silu", exact[5], True)
+    dh_ref, _, z_ref = glu_ops.glu_backward_dh_impl(*exact[:4], None, None, exact[4], activation, exact[5], True)
     for in_place in (False, True):
         for store_z in (True, False):
             gy_, x_, w_up_, w_gate_, h_, w_down_ = (t.to(dtype).cuda() for t in exact)
             z_out = torch.empty(rows, hidden, dtype=dtype, device="cuda") if in_place else None
-            dh, _, z = glu_ops.glu_backward_dh_impl(gy_, x_, w_up_, w_gate_, None, None, h_, "silu", w_down_,
+            dh, _, z = glu_ops.glu_backward_dh_impl(gy_, x_, w_up_, w_gate_, None, None, h_, activation, w_down_,
                                                     store_z, in_place=in_place, z_out=z_out)
             what = f"in_place={in_place} store_z={store_z}"
             assert rel_err(dh, dh_ref) < TOLERANCE[dtype], what
@@ -224,7 +236,7 @@ def test_pingpong_backward_on_gpu(monkeypatch, dtype, wide):
     assert kernels.count(dh_kernel) == 4, "the dh kernel with g on the tile did not run"
     for lead_shape, grads in [((1000,), (True,) * 4), ((3, 111), (True, True, True, False))]:
         tensors, g = make_inputs(lead_shape, dim, hidden, "cuda", grads=grads)
-        run_check(tensors, g, dtype, False, f"ping-pong dh {lead_shape}")
+        run_check(tensors, g, dtype, False, f"ping-pong dh {lead_shape}", activation=activation)
     assert kernels.count(dh_kernel) == 6
 
 
@@ -283,6 +295,7 @@ def test_saved_tensors(device, recompute, expected):
         ("dtype", TypeError, "w_down has dtype"),
         ("down_rank", ValueError, "w_down must be 2-D"),
         ("recompute", TypeError, "recompute must be a bool"),
+        ("activation", ValueError, "activation must be one of"),
     ],
 )
 def test_bad_inputs(device, case, exc, match):
@@ -302,15 +315,21 @@ def test_bad_inputs(device, case, exc, match):
         w_down = w_down[None]
     elif case == "recompute":
         kwargs["recompute"] = 1
+    elif case == "activation":
+        kwargs["activation"] = "tanh"
     with pytest.raises(exc, match=match):
         fusedmlp.swiglu(x, w_gate, w_up, w_down, **kwargs)
+    if case == "activation":
+        with pytest.raises(exc, match=match):
+            fusedmlp.SwiGLU(12, 20, activation="tanh")
 
 
-@pytest.mark.parametrize("recompute", [False, True], ids=["store", "recompute"])
-def test_torch_compile_fullgraph(device, recompute):
+@pytest.mark.parametrize("recompute, activation", [(False, "silu"), (True, "silu"), (False, "gelu_tanh")],
+                         ids=["store", "recompute", "gelu_tanh"])
+def test_torch_compile_fullgraph(device, recompute, activation):
     torch._dynamo.reset()
     backend = "inductor" if device == "cuda" else "aot_eager"
-    layer = fusedmlp.SwiGLU(40, 56, recompute=recompute).to(device)
+    layer = fusedmlp.SwiGLU(40, 56, recompute=recompute, activation=activation).to(device)
     x = torch.randn(2, 33, 40, device=device, requires_grad=True)
 
     def step(x):
@@ -344,7 +363,7 @@ def test_inference_forward_keeps_no_h(device, monkeypatch):
     (x, wg, wu, wd), _ = make_inputs((2, 9), 24, 40, device)
     x, wg, wu, wd = (t.detach() for t in (x, wg, wu, wd))
     check_inference_forward(
-        monkeypatch, swiglu_ops, "_forward_impl", lambda args: args[4],
+        monkeypatch, swiglu_ops, "_forward_impl", lambda args: args[5],
         lambda grad: fusedmlp.swiglu(x.float(), wg.float().requires_grad_(grad), wu.float(), wd.float()),
         swiglu_reference(x, wg, wu, wd), torch.float32, "swiglu")
 
@@ -361,12 +380,19 @@ def test_module_matches_llama_mlp_layout(device):
     assert shared.gate_proj is layer.gate_proj
     with pytest.raises(ValueError, match="bias-free"):
         fusedmlp.SwiGLU.from_projections(torch.nn.Linear(4, 8), layer.up_proj, layer.down_proj)
+    gemma = fusedmlp.SwiGLU.from_projections(layer.gate_proj, layer.up_proj, layer.down_proj, activation="gelu_tanh")
+    want = layer.down_proj(torch.nn.functional.gelu(layer.gate_proj(x), approximate="tanh") * layer.up_proj(x))
+    assert_close(gemma(x), want, torch.float64, "SwiGLU module, gelu_tanh gate")
+    assert "activation='gelu_tanh'" in repr(gemma) and "activation" not in repr(layer)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("recompute", [False, True], ids=["store", "recompute"])
-@pytest.mark.parametrize("tokens,dim,hidden", [(16384, 512, 1792), (4096, 2048, 5632)])
-def test_bf16_at_scale(recompute, tokens, dim, hidden):
-    """bf16 at FFN widths (the tensor-descriptor kernels on Hopper), against float64 on the GPU."""
+@pytest.mark.parametrize("tokens,dim,hidden,activation", [
+    (16384, 512, 1792, "silu"), (4096, 2048, 5632, "silu"), (4096, 2048, 16384, "gelu_tanh")],
+    ids=["512", "2048", "gemma-2b"])
+def test_bf16_at_scale(recompute, tokens, dim, hidden, activation):
+    """bf16 at FFN widths (the tensor-descriptor kernels on Hopper), against float64 on the GPU;
+    the last at Gemma 2B's widths with its tanh-GELU gate."""
     tensors, g = make_inputs((tokens,), dim, hidden, "cuda")
-    run_check(tensors, g, torch.bfloat16, recompute, "at scale")
+    run_check(tensors, g, torch.bfloat16, recompute, "at scale", activation=activation)

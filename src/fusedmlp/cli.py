@@ -89,7 +89,7 @@ def cmd_bench(args) -> int:
     suite = importlib.import_module(SUITES[args.suite])
     if args.activation is not None:
         if not hasattr(suite, "set_activation"):
-            print(f"--activation applies to the linear_act suite, not {args.suite}", file=sys.stderr)
+            print(f"--activation applies to the linear_act and swiglu suites, not {args.suite}", file=sys.stderr)
             return 2
         try:
             suite.set_activation(args.activation)
@@ -372,7 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "fused_graph,eager,eager_sparse,compile,eager_graph,compile_graph")
     bench.add_argument("--activation", default=None,
                        help="linear_act: the activation every impl applies (identity, relu, squared_relu, gelu, "
-                            "gelu_tanh, sigmoid, silu; default gelu_tanh), named in the output files' names")
+                            "gelu_tanh, sigmoid, silu; default gelu_tanh); swiglu: the gate's activation (the "
+                            "same names; default silu; gelu_tanh: Gemma's feed-forward); named in the output "
+                            "files' names")
     bench.add_argument("--fp32-precision", choices=("highest", "high"), default=None,
                        help="with --dtype fp32: torch.set_float32_matmul_precision for every impl of the run "
                             "(highest: IEEE fp32 products, the fused ops' GEMMs then on cuBLAS; high: TF32 tensor "

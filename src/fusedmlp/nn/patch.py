@@ -5,7 +5,8 @@ it can establish exactly; everything else is left alone. The fused modules share
 original ``Parameter`` objects (nothing is copied) and keep the state-dict keys, so
 optimizers, checkpoints and weight tying keep working. The rules:
 
-1. **SwiGLU feed-forward** -> ``fusedmlp.SwiGLU`` (sharing the three projections). A module
+1. **SwiGLU feed-forward** (and the other gated feed-forwards of its form, Gemma's GeGLU) ->
+   ``fusedmlp.SwiGLU`` (sharing the three projections, with the gate's activation). A module
    qualifies when all of these hold:
 
    - its children are exactly ``gate_proj``, ``up_proj``, ``down_proj`` and optionally
@@ -13,14 +14,16 @@ optimizers, checkpoints and weight tying keep working. The rules:
    - the projections are plain bias-free ``nn.Linear`` (not subclasses: a quantised or
      parametrised layer computes something else from its ``weight``) whose shapes chain,
      with one dtype and device;
-   - ``act_fn`` is SiLU: ``F.silu`` itself, or a stateless module (``nn.SiLU``,
-     transformers' ``SiLUActivation`` or any other class) whose output equals ``F.silu`` on a
-     probe tensor;
+   - ``act_fn`` is one of ``fusedmlp.ACTIVATIONS``: ``F.silu`` (or ``F.relu``, ``F.gelu``,
+     ``torch.sigmoid``) itself, or a stateless module of any class whose output on a probe
+     tensor equals one of them (``nn.SiLU`` and transformers' ``SiLUActivation``: silu, as in
+     LLaMA; transformers' ``GELUTanh`` / ``PytorchGELUTanh`` / ``NewGELUActivation``: gelu_tanh,
+     as in Gemma 1-3; ``GELUActivation``: gelu; ...);
    - the source of its class's ``forward(self, x)`` is exactly
      ``return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))`` (the
      operands of ``*`` in either order, optionally through one local variable, no
      decorators). This is how Hugging Face transformers (since 4.47) writes ``LlamaMLP``,
-     ``MistralMLP``, ``Qwen2MLP`` and their many copies. A forward doing anything else
+     ``MistralMLP``, ``Qwen2MLP``, ``GemmaMLP`` (``Gemma2MLP``, ``Gemma3MLP``) and their many copies. A forward doing anything else
      (dropout, scaling, the tensor-parallel slicing of transformers < 4.47, ...) or whose
      source cannot be read is not matched, whatever the class is called.
 
@@ -94,6 +97,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..ops.activations import ACTIVATIONS, activation_reference
 from ..ops.glu import geglu
 from ._modules import (GELU_APPROXIMATE, established, is_plain, is_plain_linear, linear_stack, module_activation,
                        plain_linears)
@@ -274,9 +278,10 @@ def _replace_block(module: nn.Module, options: Dict[str, bool]) -> Optional[nn.M
     lora = _peft_lora(module)
     if lora is not None:
         return lora
-    projections = _swiglu_projections(module)
-    if projections is not None:
-        return SwiGLU.from_projections(*projections, **options)
+    found = _swiglu_projections(module)
+    if found is not None:
+        *projections, gate_activation = found
+        return SwiGLU.from_projections(*projections, activation=gate_activation, **options)
     activation = _geglu_activation(module)
     if activation is not None:
         return PatchedGEGLU(module.proj, activation, **options)
@@ -308,8 +313,8 @@ def _sequential_mlp(module: nn.Module, options: Dict[str, bool]) -> Optional[Fus
     return FusedMLP.from_modules(module._modules, stack[1], stack[2], **options)
 
 
-def _swiglu_projections(module: nn.Module) -> Optional[Tuple[nn.Linear, nn.Linear, nn.Linear]]:
-    """Rule 1: ``(gate_proj, up_proj, down_proj)`` of a SwiGLU feed-forward, or None."""
+def _swiglu_projections(module: nn.Module) -> Optional[Tuple[nn.Linear, nn.Linear, nn.Linear, str]]:
+    """Rule 1: ``(gate_proj, up_proj, down_proj, activation)`` of a gated feed-forward, or None."""
     children = set(module._modules)
     if not set(_SWIGLU_PROJECTIONS) <= children <= {*_SWIGLU_PROJECTIONS, "act_fn"}:
         return None
@@ -320,9 +325,10 @@ def _swiglu_projections(module: nn.Module) -> Optional[Tuple[nn.Linear, nn.Linea
         return None
     if len({(p.weight.dtype, p.weight.device) for p in (gate, up, down)}) != 1:
         return None
-    if not _is_silu(getattr(module, "act_fn", None)) or not _forward_is_swiglu(type(module).forward):
+    activation = _gate_activation(getattr(module, "act_fn", None))
+    if activation is None or not _forward_is_swiglu(type(module).forward):
         return None
-    return gate, up, down
+    return gate, up, down, activation
 
 
 def _geglu_activation(module: nn.Module) -> Optional[str]:
@@ -377,21 +383,34 @@ def _has_own_state(module: nn.Module) -> bool:
     return any(True for _ in module.parameters(recurse=False)) or any(True for _ in module.buffers(recurse=False))
 
 
-def _is_silu(act) -> bool:
-    """``F.silu``, or a stateless module that computes SiLU on a probe tensor."""
-    if act is F.silu:
-        return True
-    if not isinstance(act, nn.Module) or not is_plain(act) or _has_own_state(act) or any(True for _ in act.children()):
-        return False
+# Activation functions taken as they are (not probed): F.silu, and the others rule 1 accepts.
+_GATE_FUNCTIONS = {F.silu: "silu", F.relu: "relu", F.gelu: "gelu", torch.sigmoid: "sigmoid", F.sigmoid: "sigmoid"}
+
+
+def _gate_activation(act) -> Optional[str]:
+    """The name in ``fusedmlp.ACTIVATIONS`` of a gated feed-forward's ``act_fn``: one of
+    ``_GATE_FUNCTIONS``, or a stateless module whose output on a probe tensor equals that
+    activation's (SiLU for LLaMA, transformers' ``GELUTanh`` / ``NewGELUActivation`` for Gemma's
+    ``gelu_tanh``, ...); None for anything else."""
+    if not isinstance(act, nn.Module):
+        try:
+            return _GATE_FUNCTIONS.get(act)
+        except TypeError:  # unhashable: none of them
+            return None
+    if not is_plain(act) or _has_own_state(act) or any(True for _ in act.children()):
+        return None
     probe = torch.linspace(-12.0, 12.0, steps=97, dtype=torch.float32, device="cpu")
-    expected = F.silu(probe)
     try:
         with torch.no_grad():
             out = act(probe.clone())  # a clone: an in-place activation must not alter the probe
-    except Exception:  # whatever cannot even run on the probe is not SiLU
-        return False
-    return (isinstance(out, torch.Tensor) and out.shape == expected.shape and out.dtype == expected.dtype
-            and torch.allclose(out, expected, rtol=1e-5, atol=1e-6))
+    except Exception:  # whatever cannot even run on the probe is none of ours
+        return None
+    if not isinstance(out, torch.Tensor) or out.shape != probe.shape or out.dtype != probe.dtype:
+        return None
+    for name in ACTIVATIONS:
+        if torch.allclose(out, activation_reference(probe, name), rtol=1e-5, atol=1e-6):
+            return name
+    return None
 
 
 @functools.cache

@@ -89,7 +89,7 @@ def tensor_parallel_forward(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     x = _CopyToRanks.apply(x, group)
     if hasattr(module, "down_proj"):  # SwiGLU
         y = swiglu(x, _local(module.gate_proj.weight), _local(module.up_proj.weight), _local(module.down_proj.weight),
-                   recompute=module.recompute)
+                   recompute=module.recompute, activation=module.activation)
         return _SumOverRanks.apply(y, group)
     linear = _packed_linear(module)
     y = geglu(x, _local(linear.weight), _local(linear.bias), recompute=module.recompute, activation=module.activation)

@@ -1,7 +1,11 @@
 """SwiGLU feed-forward (the LLaMA MLP): validation, autograd and the torch.library op.
 
-    fusedmlp.swiglu(x, w_gate, w_up, w_down, *, recompute=False)
+    fusedmlp.swiglu(x, w_gate, w_up, w_down, *, recompute=False, activation="silu")
         z = silu(x @ w_gate.T) * (x @ w_up.T);  y = z @ w_down.T          (no biases)
+
+Another gate activation (``activation``, any of kernels/activations.py: ``gelu_tanh`` gives
+Gemma's GeGLU feed-forward) runs the same kernels with its own epilogue; below, silu stands
+for whichever is chosen.
 
 Forward: one GLU kernel (kernels/glu.py, ``act = silu``, W1 = up, W2 = gate) computes z
 with one pass over x and both weights; the two products never reach memory. Then the down
@@ -52,7 +56,7 @@ eager PyTorch and torch.compile keep the two products) and the backward kernel r
 fp32 at PyTorch's "highest" matmul precision and fp64 on a GPU run the gate and up products on
 cuBLAS instead of the GLU kernel (ops/glu.py, ``gemms_on_cublas``).
 
-Under torch.compile: ``fusedmlp::swiglu(x, w_gate, w_up, w_down, store_h) -> (y, h)`` with
+Under torch.compile: ``fusedmlp::swiglu(x, w_gate, w_up, w_down, act, store_h) -> (y, h)`` with
 its autograd registered; the backward calls ``fusedmlp::glu_backward_dh``.
 """
 
@@ -67,24 +71,24 @@ from ._common import (
     autocast_dtype, backward_row_chunks, call_autocast, check_bool, check_linear_inputs, check_same_dtype_device,
     check_tensor, grad_needed, launch_pingpong, num_sms, pingpong_eligible, reuse_saved_once, scratch_matrix,
 )
-from .activations import activation_reference
+from .activations import activation_reference, check_activation
 from .glu import glu_backward_dh, glu_backward_dh_impl, glu_forward_impl
 
 __all__ = ["swiglu", "swiglu_reference"]
 
 
-def swiglu_reference(x, w_gate, w_up, w_down):
-    """Plain PyTorch: ``(silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T``."""
+def swiglu_reference(x, w_gate, w_up, w_down, activation: str = "silu"):
+    """Plain PyTorch: ``(act(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T``, act = silu by default."""
     linear = torch.nn.functional.linear
-    return linear(activation_reference(linear(x, w_gate), "silu") * linear(x, w_up), w_down)
+    return linear(activation_reference(linear(x, w_gate), check_activation(activation)) * linear(x, w_up), w_down)
 
 
-def _forward_impl(x, w_gate, w_up, w_down, store_h):
-    z, h = glu_forward_impl(x, w_up, w_gate, None, None, "silu", store_h)
+def _forward_impl(x, w_gate, w_up, w_down, act, store_h):
+    z, h = glu_forward_impl(x, w_up, w_gate, None, None, act, store_h)
     return z @ w_down.t(), h
 
 
-def _backward(grad_y, x, w_gate, w_up, w_down, h, needs, traced, in_place=False):
+def _backward(grad_y, x, w_gate, w_up, w_down, h, act, needs, traced, in_place=False):
     """(dx, dW_gate, dW_up, dW_down), None where not needed; rows walked in chunks.
     ``traced``: the formula runs under torch.compile's tracing (custom ops only).
     ``in_place``: dh is written over the stored h, and z (and g where cuBLAS forms it) goes
@@ -112,14 +116,14 @@ def _backward(grad_y, x, w_gate, w_up, w_down, h, needs, traced, in_place=False)
         rows = slice(start, stop)
         x_rows, gy = x[rows], grad_y[rows]
         if h is None:  # g = gy @ w_down on the fused kernel's tile, beside the recomputed products
-            dh, _, z = glu_backward_dh(traced)(gy, x_rows, w_up, w_gate, None, None, None, "silu", w_down, needs_down)
+            dh, _, z = glu_backward_dh(traced)(gy, x_rows, w_up, w_gate, None, None, None, act, w_down, needs_down)
         elif in_place:  # dh over h, z (and g where cuBLAS forms it) in dead memory
             dead = grad_pair if whole or index == 0 else h[slice(*chunks[index - 1])]
             z_out = _g_scratch(dead, stop - start, hidden, gy)
-            dh, _, z = glu_backward_dh_impl(gy, x_rows, w_up, w_gate, None, None, h[rows], "silu", w_down,
+            dh, _, z = glu_backward_dh_impl(gy, x_rows, w_up, w_gate, None, None, h[rows], act, w_down,
                                             store_z=needs_down, in_place=True, z_out=z_out)
         else:  # the same, each output in its own tensor
-            dh, _, z = glu_backward_dh(traced)(gy, x_rows, w_up, w_gate, None, None, h[rows], "silu", w_down,
+            dh, _, z = glu_backward_dh(traced)(gy, x_rows, w_up, w_gate, None, None, h[rows], act, w_down,
                                                needs_down)
         d_up, d_gate = dh[:, :hidden], dh[:, hidden:]
         if needs_down:  # before grad_pair is written: z may lie in grad_pair's memory
@@ -182,8 +186,9 @@ def _g_scratch(dead, rows, hidden, like):
 
 class _SwiGLUFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, w_gate, w_up, w_down, store_h):
-        y, h = _forward_impl(x, w_gate, w_up, w_down, store_h)
+    def forward(ctx, x, w_gate, w_up, w_down, act, store_h):
+        y, h = _forward_impl(x, w_gate, w_up, w_down, act, store_h)
+        ctx.act = act
         ctx.save_for_backward(x, w_gate, w_up, w_down, h if store_h else None)
         return y
 
@@ -192,33 +197,36 @@ class _SwiGLUFunction(torch.autograd.Function):
     def backward(ctx, grad_y):
         x, w_gate, w_up, w_down, h = ctx.saved_tensors
         in_place = reuse_saved_once(ctx, "fusedmlp.swiglu", h is not None)
-        return (*_backward(grad_y, x, w_gate, w_up, w_down, h, ctx.needs_input_grad[:4], False, in_place), None)
+        return (*_backward(grad_y, x, w_gate, w_up, w_down, h, ctx.act, ctx.needs_input_grad[:4], False, in_place),
+                None, None)
 
 
 @torch.library.custom_op("fusedmlp::swiglu", mutates_args=())
 def _swiglu_op(
-    x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, store_h: bool
+    x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, act: str, store_h: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return _forward_impl(x, w_gate, w_up, w_down, store_h)
+    return _forward_impl(x, w_gate, w_up, w_down, act, store_h)
 
 
 @_swiglu_op.register_fake
-def _(x, w_gate, w_up, w_down, store_h):
+def _(x, w_gate, w_up, w_down, act, store_h):
     m, hidden = x.shape[0], w_up.shape[0]
     return x.new_empty((m, w_down.shape[0])), x.new_empty((m, 2 * hidden) if store_h else (0,))
 
 
 def _setup_context(ctx, inputs, output):
-    x, w_gate, w_up, w_down, store_h = inputs
+    x, w_gate, w_up, w_down, act, store_h = inputs
+    ctx.act = act
     ctx.set_materialize_grads(False)  # h never receives a gradient: no zero tensor for it
     ctx.save_for_backward(x, w_gate, w_up, w_down, output[1] if store_h else None)
 
 
 def _op_backward(ctx, grad_y, grad_h):
     if grad_y is None:
-        return None, None, None, None, None
+        return None, None, None, None, None, None
     x, w_gate, w_up, w_down, h = ctx.saved_tensors
-    return (*_backward(grad_y, x, w_gate, w_up, w_down, h, ctx.needs_input_grad[:4], traced=True), None)
+    return (*_backward(grad_y, x, w_gate, w_up, w_down, h, ctx.act, ctx.needs_input_grad[:4], traced=True),
+            None, None)
 
 
 torch.library.register_autograd("fusedmlp::swiglu", _op_backward, setup_context=_setup_context)
@@ -240,7 +248,8 @@ def _validate(x, w_gate, w_up, w_down):
 
 
 def swiglu(
-    x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, *, recompute: bool = False
+    x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor, *, recompute: bool = False,
+    activation: str = "silu",
 ) -> torch.Tensor:
     """Fused SwiGLU feed-forward: ``(silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T``.
 
@@ -254,21 +263,25 @@ def swiglu(
             PyTorch does, and the backward reuses their memory for the gradients (so it runs
             once per forward: ``retain_graph=True`` and a second backward raise); True keeps
             only x and recomputes them inside the backward kernel.
+        activation: the gate's activation: ``silu`` (default, SwiGLU) or any other of
+            ``fusedmlp.ACTIVATIONS``, e.g. ``gelu_tanh`` for the GeGLU feed-forward of Gemma
+            models (``act(x @ w_gate.T) * (x @ w_up.T)``, the same kernels).
 
     Returns:
         ``[..., out]`` tensor of x's dtype; inside ``torch.autocast``, of the autocast dtype (tensor
         arguments cast as for ``F.linear``).
     """
     if (dtype := autocast_dtype(x)) is not None:  # under torch.autocast: cast as F.linear's inputs are
-        return call_autocast(swiglu, dtype, x, w_gate, w_up, w_down, recompute=recompute)
+        return call_autocast(swiglu, dtype, x, w_gate, w_up, w_down, recompute=recompute, activation=activation)
     _validate(x, w_gate, w_up, w_down)
     check_bool(recompute, "recompute")
+    act = check_activation(activation)
     x2d = x.reshape(-1, x.shape[-1])
     if not grad_needed(x2d, w_gate, w_up, w_down):  # inference: the hidden products are not kept
-        y = (torch.ops.fusedmlp.swiglu(x2d, w_gate, w_up, w_down, False) if torch.compiler.is_compiling()
-             else _forward_impl(x2d, w_gate, w_up, w_down, False))[0]
+        y = (torch.ops.fusedmlp.swiglu(x2d, w_gate, w_up, w_down, act, False) if torch.compiler.is_compiling()
+             else _forward_impl(x2d, w_gate, w_up, w_down, act, False))[0]
     elif torch.compiler.is_compiling():
-        y, _ = torch.ops.fusedmlp.swiglu(x2d, w_gate, w_up, w_down, not recompute)
+        y, _ = torch.ops.fusedmlp.swiglu(x2d, w_gate, w_up, w_down, act, not recompute)
     else:
-        y = _SwiGLUFunction.apply(x2d, w_gate, w_up, w_down, not recompute)
+        y = _SwiGLUFunction.apply(x2d, w_gate, w_up, w_down, act, not recompute)
     return y if x.dim() == 2 else y.reshape(*x.shape[:-1], w_down.shape[0])

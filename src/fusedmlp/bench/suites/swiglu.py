@@ -7,11 +7,12 @@ Shapes are (tokens, d, hidden). Implementations, side by side in one run on one 
     compile          the same function under torch.compile (default mode)
     compile_max      torch.compile(mode="max-autotune") (only with --max-autotune)
     liger            Liger-Kernel's SwiGLU MLP path when installed: three linears around its
-                     fused SiLU-mul kernel
+                     fused SiLU-mul kernel (with --activation gelu_tanh its GELU-mul kernel,
+                     as its Gemma MLP; no other activation)
     quack            QuACK's MLP when installed (bench/quack.py): its GEMM with the SwiGLU
                      epilogue, the down GEMM, and a backward with the SwiGLU gradient in the
                      down projection's dgrad; h kept
-    quack_recompute  the same with h recomputed from x in the backward (x kept only)
+    quack_recompute  the same with h recomputed from x in the backward (x kept only); silu only
     gemm             the bare cuBLAS GEMMs: fwd 3 (gate, up, down), bwd 6, fwd+bwd 9
     fused_graph      fused captured in a CUDA graph and replayed (fwd and fwd+bwd;
                      harness.graph_steps): the kernels' time, no launch or Python time
@@ -19,19 +20,28 @@ Shapes are (tokens, d, hidden). Implementations, side by side in one run on one 
     compile_graph    compile captured the same way: fused_graph's peer where plain
                      calls are bound by host time
 
-TFLOP/s counts the model's GEMM work (2 * tokens * d * hidden per GEMM).
+The gate's activation is silu (``ACTIVATION``), or another one with ``--activation`` (every
+impl applies the same one; gelu_tanh is Gemma's GeGLU feed-forward). TFLOP/s counts the model's
+GEMM work (2 * tokens * d * hidden per GEMM).
 """
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 import torch.nn.functional as F
 
+from ...ops.activations import activation_reference, check_activation
 from .. import quack
 from ..harness import Measurement, available_impls, module_importable, rounded_to, run_suite
 from ..harness import summary_table as harness_summary_table
 
 NAME = "swiglu"
+ACTIVATION = "silu"
+# Liger-Kernel's gated-activation kernels by activation: (module, Function of (gate, up))
+LIGER_KERNELS = {"silu": ("liger_kernel.ops.swiglu", "LigerSiLUMulFunction"),
+                 "gelu_tanh": ("liger_kernel.ops.geglu", "LigerGELUMulFunction")}
 SHAPE_FIELDS = ("tokens", "d", "hidden")
 SHAPE_PRESETS = {
     # the seed's FFN (d=512, hidden=1792, (B, L) = (8, 2048)) and a LLaMA-8B-sized FFN
@@ -45,32 +55,43 @@ PEERS = ("eager", "compile", "compile_max", "liger", "quack", "quack_recompute",
 MODES = ("fwd", "bwd", "fwd+bwd")
 
 
+def set_activation(name: str) -> None:
+    """``fusedmlp bench swiglu --activation NAME``: the gate's activation of every impl."""
+    global ACTIVATION
+    ACTIVATION = check_activation(name)
+
+
 def liger_available() -> bool:
-    return module_importable("liger_kernel.ops.swiglu")
+    return ACTIVATION in LIGER_KERNELS and module_importable(LIGER_KERNELS[ACTIVATION][0])
 
 
 def default_impls(max_autotune: bool = False) -> list[str]:
-    """Every implementation this machine can run (compile_max only when asked for)."""
-    return available_impls(IMPLS, max_autotune, {"liger": "liger_kernel.ops.swiglu",
-                                                 "quack": quack.MODULE, "quack_recompute": quack.MODULE})
+    """Every implementation this machine can run for ``ACTIVATION`` (compile_max only when asked
+    for; liger for silu and gelu_tanh, quack for silu, where installed)."""
+    impls = available_impls(IMPLS, max_autotune, {"liger": LIGER_KERNELS.get(ACTIVATION, ("liger_kernel",))[0],
+                                                  "quack": quack.MODULE, "quack_recompute": quack.MODULE})
+    return [i for i in impls if (i != "liger" or ACTIVATION in LIGER_KERNELS)
+            and (not i.startswith("quack") or ACTIVATION == "silu")]
 
 
 def eager_swiglu(x, w_gate, w_up, w_down):
-    return F.linear(F.silu(F.linear(x, w_gate)) * F.linear(x, w_up), w_down)
+    gate = F.linear(x, w_gate)
+    return F.linear((F.silu(gate) if ACTIVATION == "silu" else activation_reference(gate, ACTIVATION))
+                    * F.linear(x, w_up), w_down)
 
 
 def liger_swiglu(x, w_gate, w_up, w_down):
-    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
-
-    return F.linear(LigerSiLUMulFunction.apply(F.linear(x, w_gate), F.linear(x, w_up)), w_down)
+    module, function = LIGER_KERNELS[ACTIVATION]
+    gated_mul = getattr(importlib.import_module(module), function)
+    return F.linear(gated_mul.apply(F.linear(x, w_gate), F.linear(x, w_up)), w_down)
 
 
 def _forward_fn(impl: str):
     from ...ops.swiglu import swiglu
 
     if impl in ("fused", "fused_recompute"):
-        recompute = impl == "fused_recompute"
-        return lambda x, wg, wu, wd: swiglu(x, wg, wu, wd, recompute=recompute)
+        recompute, activation = impl == "fused_recompute", ACTIVATION
+        return lambda x, wg, wu, wd: swiglu(x, wg, wu, wd, recompute=recompute, activation=activation)
     if impl == "eager":
         return eager_swiglu
     if impl in ("compile", "compile_max"):
