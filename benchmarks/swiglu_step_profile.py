@@ -1,33 +1,45 @@
-"""Kernel times of one SwiGLU training step (fusedmlp.SwiGLU, store mode, bf16) under torch.profiler.
+"""Kernel times of one SwiGLU training step (fusedmlp.SwiGLU, store mode, bf16) under torch.profiler,
+beside torch.compile's step of the same function.
 
-    python benchmarks/swiglu_step_profile.py [TOKENS D HIDDEN]     (default 16384 512 1792)
+    python benchmarks/swiglu_step_profile.py [TOKENS D HIDDEN [ACTIVATION]]   (default 16384 512 1792 silu)
 
-Runs 10 untimed steps, then profiles 20 (forward, backward into .grad, as a training loop
-does: the later steps add into the gradients), and prints the CUDA kernel table.
+For each of the fused module and ``torch.compile`` of the eager feed-forward: runs 10 untimed
+steps, then profiles 20 (forward, backward into .grad, as a training loop does: the later
+steps add into the gradients), and prints the CUDA kernel table (times summed over the 20).
 """
 import sys
+
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 import fusedmlp
+from fusedmlp.ops.activations import activation_reference
 
 tokens, d, hidden = (int(a) for a in sys.argv[1:4]) if len(sys.argv) > 3 else (16384, 512, 1792)
+activation = sys.argv[4] if len(sys.argv) > 4 else "silu"
 dt = torch.bfloat16
-module = fusedmlp.SwiGLU(d, hidden).cuda().to(dt)
+module = fusedmlp.SwiGLU(d, hidden, activation=activation).cuda().to(dt)
 x = torch.randn(tokens, d, device="cuda", dtype=dt, requires_grad=True)
 g = torch.randn(tokens, d, device="cuda", dtype=dt)
 
 
-def step():
-    module(x).backward(g)
+def eager(x):
+    return module.down_proj(activation_reference(module.gate_proj(x), activation) * module.up_proj(x))
 
 
-for _ in range(10):
-    step()
-torch.cuda.synchronize()
-with profile(activities=[ProfilerActivity.CUDA]) as prof:
-    for _ in range(20):
+compiled = torch.compile(eager)
+print(f"SwiGLU {tokens} x {d} -> {hidden}, {activation}, bf16, {torch.cuda.get_device_name()}, "
+      f"torch {torch.__version__}")
+for name, forward in (("fused", module), ("compile", compiled)):
+    def step():
+        forward(x).backward(g)
+
+    for _ in range(10):
         step()
     torch.cuda.synchronize()
-print(f"SwiGLU {tokens} x {d} -> {hidden}, bf16, {torch.cuda.get_device_name()}, torch {torch.__version__}")
-print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=60))
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(20):
+            step()
+        torch.cuda.synchronize()
+    print(f"--- {name} (20 steps)")
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=70))
