@@ -48,6 +48,35 @@ def _tiny_gemma(version):
     return getattr(transformers, f"{prefix}ForCausalLM")(config).eval()
 
 
+class LocalsGatedMLP(GatedMLP):
+    """The gated feed-forward through two local variables, with Llama 4's attribute name."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.activation_fn = self.act_fn
+        del self.act_fn
+
+    def forward(self, x):
+        gate = self.activation_fn(self.gate_proj(x))
+        product = self.up_proj(x) * gate
+        return self.down_proj(product)
+
+
+# Two forms that compute the feed-forward but are not followed (the source match is conservative):
+# a local never read (its calls would be dropped) and a local assigned again.
+class UnreadLocalGatedMLP(GatedMLP):
+    def forward(self, x):
+        extra = self.up_proj(x)  # noqa: F841 - a call whose result is dropped: not the feed-forward's count
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class ReboundLocalGatedMLP(GatedMLP):
+    def forward(self, x):
+        up = self.up_proj(x)
+        up = up * self.act_fn(self.gate_proj(x))
+        return self.down_proj(up)
+
+
 class ScaledGatedMLP(GatedMLP):
     def forward(self, x):
         return 0.5 * self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
@@ -260,6 +289,23 @@ def test_swiglu_look_alike_is_replaced(act_fn, activation):
     _assert_same_results(model, reference, torch.randn(3, 5, 20, dtype=F64), MODEL_TOLERANCE[F64])
 
 
+def test_llama4_mlp_and_locals_are_replaced():
+    """Llama 4's ``Llama4TextMLP`` (``activation_fn``, the product in a local variable) and a
+    forward through two locals: SwiGLU, same results."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama4 import modeling_llama4
+
+    config = transformers.Llama4TextConfig(hidden_size=24, intermediate_size=40, intermediate_size_mlp=40)
+    model = Wrapper(modeling_llama4.Llama4TextMLP(config), LocalsGatedMLP(24, 16, nn.SiLU())).to(F64)
+    reference = copy.deepcopy(model)
+
+    result = fusedmlp.patch(model)
+
+    assert [tuple(r) for r in result] == [("blocks.0", "Llama4TextMLP", "SwiGLU"), ("blocks.1", "LocalsGatedMLP", "SwiGLU")]
+    _assert_same_results(model, reference, torch.randn(3, 5, 24, dtype=F64), MODEL_TOLERANCE[F64])
+
+
+
 def _with_hook(module, child=None):
     (getattr(module, child) if child else module).register_forward_hook(lambda *args: None)
     return module
@@ -273,9 +319,11 @@ def _with_hook(module, child=None):
     lambda: GatedMLP(8, 12, nn.SiLU(), bias=True),
     lambda: ScaledGatedMLP(8, 12, nn.SiLU()),
     lambda: DroppedGatedMLP(8, 12, nn.SiLU()),
+    lambda: UnreadLocalGatedMLP(8, 12, nn.SiLU()),
+    lambda: ReboundLocalGatedMLP(8, 12, nn.SiLU()),
     lambda: _with_hook(GatedMLP(8, 12, nn.SiLU())),
     lambda: _with_hook(GatedMLP(8, 12, nn.SiLU()), "up_proj"),
-], ids=["softplus", "tanh", "learnable-swish", "lambda", "bias", "scaled", "dropout", "hook", "child-hook"])
+], ids=["softplus", "tanh", "learnable-swish", "lambda", "bias", "scaled", "dropout", "unread-local", "rebound-local", "hook", "child-hook"])
 def test_gated_mlp_that_may_not_be_swiglu_is_left_alone(make):
     model = Wrapper(make())
     block = model.blocks[0]

@@ -10,20 +10,23 @@ optimizers, checkpoints and weight tying keep working. The rules:
    qualifies when all of these hold:
 
    - its children are exactly ``gate_proj``, ``up_proj``, ``down_proj`` and optionally
-     ``act_fn``; it holds no parameter or buffer of its own;
+     ``act_fn`` (or ``activation_fn``); it holds no parameter or buffer of its own;
    - the projections are plain bias-free ``nn.Linear`` (not subclasses: a quantised or
      parametrised layer computes something else from its ``weight``) whose shapes chain,
      with one dtype and device;
-   - ``act_fn`` is one of ``fusedmlp.ACTIVATIONS``: ``F.silu`` (or ``F.relu``, ``F.gelu``,
+   - ``act_fn`` (or ``activation_fn``) is one of ``fusedmlp.ACTIVATIONS``: ``F.silu`` (or ``F.relu``, ``F.gelu``,
      ``torch.sigmoid``) itself, or a stateless module of any class whose output on a probe
      tensor equals one of them (``nn.SiLU`` and transformers' ``SiLUActivation``: silu, as in
      LLaMA; transformers' ``GELUTanh`` / ``PytorchGELUTanh`` / ``NewGELUActivation``: gelu_tanh,
      as in Gemma 1-3; ``GELUActivation``: gelu; ...);
    - the source of its class's ``forward(self, x)`` is exactly
      ``return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))`` (the
-     operands of ``*`` in either order, optionally through one local variable, no
-     decorators). This is how Hugging Face transformers (since 4.47) writes ``LlamaMLP``,
-     ``MistralMLP``, ``Qwen2MLP``, ``GemmaMLP`` (``Gemma2MLP``, ``Gemma3MLP``) and their many copies. A forward doing anything else
+     operands of ``*`` in either order, ``activation_fn`` in place of ``act_fn``, no
+     decorators), or that with parts of it first assigned to local variables, each named
+     once after its assignment (up to three: ``h = self.act_fn(self.gate_proj(x)) *
+     self.up_proj(x); return self.down_proj(h)``). This is how Hugging Face transformers (since
+     4.47) writes ``LlamaMLP``, ``MistralMLP``, ``Qwen2MLP``, ``GemmaMLP`` (``Gemma2MLP``,
+     ``Gemma3MLP``), ``Llama4TextMLP`` and their many copies. A forward doing anything else
      (dropout, scaling, the tensor-parallel slicing of transformers < 4.47, ...) or whose
      source cannot be read is not matched, whatever the class is called.
 
@@ -111,10 +114,12 @@ from .tensor_parallel import tensor_parallel_forward
 _SWAPS_ATTR = "_fusedmlp_swaps"
 
 _SWIGLU_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
-# The accepted bodies of ``forward(self, x)``, with the caller's names for self and x.
+_SWIGLU_ACTIVATIONS = ("act_fn", "activation_fn")  # the attribute holding the gate's activation
+# The accepted values of ``forward(self, x)``, with the caller's names for self and x and the
+# activation's attribute.
 _SWIGLU_RETURNS = (
-    "return {s}.down_proj({s}.act_fn({s}.gate_proj({x})) * {s}.up_proj({x}))",
-    "return {s}.down_proj({s}.up_proj({x}) * {s}.act_fn({s}.gate_proj({x})))",
+    "{s}.down_proj({s}.{a}({s}.gate_proj({x})) * {s}.up_proj({x}))",
+    "{s}.down_proj({s}.up_proj({x}) * {s}.{a}({s}.gate_proj({x})))",
 )
 
 
@@ -316,7 +321,7 @@ def _sequential_mlp(module: nn.Module, options: Dict[str, bool]) -> Optional[Fus
 def _swiglu_projections(module: nn.Module) -> Optional[Tuple[nn.Linear, nn.Linear, nn.Linear, str]]:
     """Rule 1: ``(gate_proj, up_proj, down_proj, activation)`` of a gated feed-forward, or None."""
     children = set(module._modules)
-    if not set(_SWIGLU_PROJECTIONS) <= children <= {*_SWIGLU_PROJECTIONS, "act_fn"}:
+    if not set(_SWIGLU_PROJECTIONS) <= children <= {*_SWIGLU_PROJECTIONS, *_SWIGLU_ACTIVATIONS}:
         return None
     gate, up, down = (module._modules[name] for name in _SWIGLU_PROJECTIONS)
     if not plain_linears((gate, up, down), bias_free=True):
@@ -325,8 +330,9 @@ def _swiglu_projections(module: nn.Module) -> Optional[Tuple[nn.Linear, nn.Linea
         return None
     if len({(p.weight.dtype, p.weight.device) for p in (gate, up, down)}) != 1:
         return None
-    activation = _gate_activation(getattr(module, "act_fn", None))
-    if activation is None or not _forward_is_swiglu(type(module).forward):
+    activation_attr = _swiglu_activation_attr(type(module).forward)
+    activation = None if activation_attr is None else _gate_activation(getattr(module, activation_attr, None))
+    if activation is None:
         return None
     return gate, up, down, activation
 
@@ -414,36 +420,59 @@ def _gate_activation(act) -> Optional[str]:
 
 
 @functools.cache
-def _forward_is_swiglu(forward) -> bool:
-    """Whether the source of ``forward`` is one of ``_SWIGLU_RETURNS`` (see rule 1)."""
+def _swiglu_activation_attr(forward) -> Optional[str]:
+    """The attribute (``act_fn`` or ``activation_fn``) through which the source of ``forward``
+    computes one of ``_SWIGLU_RETURNS`` (see rule 1), or None where it computes anything else."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(forward)))
     except (OSError, TypeError, SyntaxError):
-        return False
+        return None
     fn = tree.body[0] if tree.body else None
     if not isinstance(fn, ast.FunctionDef) or fn.decorator_list:
-        return False
+        return None
     args = fn.args
     if args.posonlyargs or args.vararg or args.kwonlyargs or args.kwarg or args.defaults or len(args.args) != 2:
-        return False
+        return None
     returned = _returned_expression(fn.body)
     if returned is None:
-        return False
+        return None
     self_name, x_name = (arg.arg for arg in args.args)
-    return any(ast.dump(returned) == ast.dump(ast.parse(template.format(s=self_name, x=x_name)).body[0].value)
-               for template in _SWIGLU_RETURNS)
+    for attr in _SWIGLU_ACTIVATIONS:
+        if any(ast.dump(returned) == ast.dump(ast.parse(template.format(s=self_name, x=x_name, a=attr)).body[0].value)
+               for template in _SWIGLU_RETURNS):
+            return attr
+    return None
 
 
 def _returned_expression(body: List[ast.stmt]) -> Optional[ast.expr]:
-    """The expression of ``return e`` or of ``v = e; return v`` (after a docstring), else None."""
+    """The returned expression of ``body`` (after a docstring) with its local variables written
+    out: ``return e``, or up to three assignments ``v = e``, each name appearing exactly once in
+    the statements after its assignment (``v = gate * up; return down(v)``), then ``return``;
+    else None. A name read once keeps the calls' count (an unread one would drop calls, one read
+    twice repeat them); their order does not change what the accepted forms compute."""
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
             and isinstance(body[0].value.value, str):
         body = body[1:]
-    if len(body) == 1 and isinstance(body[0], ast.Return):
-        return body[0].value
-    if len(body) == 2 and isinstance(body[0], ast.Assign) and isinstance(body[1], ast.Return):
-        targets, returned = body[0].targets, body[1].value
-        if (len(targets) == 1 and isinstance(targets[0], ast.Name) and isinstance(returned, ast.Name)
-                and returned.id == targets[0].id):
-            return body[0].value
-    return None
+    if not body or len(body) > 4 or not isinstance(body[-1], ast.Return) or body[-1].value is None:
+        return None
+    bindings: Dict[str, ast.expr] = {}
+    for index, statement in enumerate(body[:-1]):
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)):
+            return None
+        name = statement.targets[0].id
+        later = body[index + 1:]
+        if sum(isinstance(node, ast.Name) and node.id == name for s in later for node in ast.walk(s)) != 1:
+            return None  # unread (its calls would be dropped), read twice, or assigned again
+        bindings[name] = _with_bindings(statement.value, bindings)
+    return _with_bindings(body[-1].value, bindings)
+
+
+def _with_bindings(expression: ast.expr, bindings: Dict[str, ast.expr]) -> ast.expr:
+    """``expression`` with each name of ``bindings`` it reads replaced by the bound expression."""
+
+    class Substitute(ast.NodeTransformer):
+        def visit_Name(self, node):
+            return _copy.deepcopy(bindings[node.id]) if isinstance(node.ctx, ast.Load) and node.id in bindings else node
+
+    return Substitute().visit(_copy.deepcopy(expression))
