@@ -301,7 +301,8 @@ def test_llama4_mlp_and_locals_are_replaced():
 
     result = fusedmlp.patch(model)
 
-    assert [tuple(r) for r in result] == [("blocks.0", "Llama4TextMLP", "SwiGLU"), ("blocks.1", "LocalsGatedMLP", "SwiGLU")]
+    assert [tuple(r) for r in result] == [("blocks.0", "Llama4TextMLP", "SwiGLU"),
+                                          ("blocks.1", "LocalsGatedMLP", "SwiGLU")]
     _assert_same_results(model, reference, torch.randn(3, 5, 24, dtype=F64), MODEL_TOLERANCE[F64])
 
 
@@ -323,7 +324,8 @@ def _with_hook(module, child=None):
     lambda: ReboundLocalGatedMLP(8, 12, nn.SiLU()),
     lambda: _with_hook(GatedMLP(8, 12, nn.SiLU())),
     lambda: _with_hook(GatedMLP(8, 12, nn.SiLU()), "up_proj"),
-], ids=["softplus", "tanh", "learnable-swish", "lambda", "bias", "scaled", "dropout", "unread-local", "rebound-local", "hook", "child-hook"])
+], ids=["softplus", "tanh", "learnable-swish", "lambda", "bias", "scaled", "dropout", "unread-local", "rebound-local",
+        "hook", "child-hook"])
 def test_gated_mlp_that_may_not_be_swiglu_is_left_alone(make):
     model = Wrapper(make())
     block = model.blocks[0]

@@ -14,11 +14,11 @@ optimizers, checkpoints and weight tying keep working. The rules:
    - the projections are plain bias-free ``nn.Linear`` (not subclasses: a quantised or
      parametrised layer computes something else from its ``weight``) whose shapes chain,
      with one dtype and device;
-   - ``act_fn`` (or ``activation_fn``) is one of ``fusedmlp.ACTIVATIONS``: ``F.silu`` (or ``F.relu``, ``F.gelu``,
-     ``torch.sigmoid``) itself, or a stateless module of any class whose output on a probe
-     tensor equals one of them (``nn.SiLU`` and transformers' ``SiLUActivation``: silu, as in
+   - ``act_fn`` (or ``activation_fn``) is one of ``fusedmlp.ACTIVATIONS``: ``F.silu`` (or
+     ``F.relu``, ``F.gelu``, ``torch.sigmoid``) itself, or a stateless module of any class whose
+     output on a probe tensor equals one of them (``nn.SiLU`` and transformers' ``SiLUActivation``: silu, as in
      LLaMA; transformers' ``GELUTanh`` / ``PytorchGELUTanh`` / ``NewGELUActivation``: gelu_tanh,
-     as in Gemma 1-3; ``GELUActivation``: gelu; ...);
+     as in Gemma 1-4; ``GELUActivation``: gelu; ...);
    - the source of its class's ``forward(self, x)`` is exactly
      ``return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))`` (the
      operands of ``*`` in either order, ``activation_fn`` in place of ``act_fn``, no

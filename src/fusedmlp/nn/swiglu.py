@@ -23,11 +23,11 @@ class SwiGLU(nn.Module):
 
     Submodules and state-dict keys are those of Hugging Face ``LlamaMLP``
     (``gate_proj.weight``, ``up_proj.weight``, ``down_proj.weight``), so its checkpoints load
-    unchanged. ``recompute`` and ``activation`` as in ``fusedmlp.swiglu``: ``activation="gelu_tanh"``
-    is the feed-forward of Gemma models (``GemmaMLP``, the same keys). Where a projection is no longer a plain
-    bias-free ``nn.Linear`` (PEFT wrapped it in a LoRA layer after ``fusedmlp.patch``, or a hook
-    was put on it), the forward calls the projections themselves, unfused, so their result
-    stays theirs and their hooks run.
+    unchanged. ``recompute`` and ``activation`` as in ``fusedmlp.swiglu``:
+    ``activation="gelu_tanh"`` is the feed-forward of Gemma models (``GemmaMLP``, the same keys).
+    Where a projection is no longer a plain bias-free ``nn.Linear`` (PEFT wrapped it in a LoRA
+    layer after ``fusedmlp.patch``, or a hook was put on it), the forward calls the projections
+    themselves, unfused, so their result stays theirs and their hooks run.
     """
 
     def __init__(self, dim: int, hidden_dim: int, out_dim: Optional[int] = None, recompute: bool = False,
