@@ -3,8 +3,9 @@
     python scripts/patch_coverage.py
 
 Lists every ``*MLP`` class of ``transformers.models`` whose ``__init__`` names ``gate_proj``,
-``up_proj`` and ``down_proj``, split by whether the source of its ``forward`` is one that rule 1
-accepts (whether an instance is then replaced also depends on its projections and activation).
+``up_proj`` and ``down_proj`` (or ``gate_up_proj`` and ``down_proj``), split by whether the source
+of its ``forward`` is one that rule 1 accepts (whether an instance is then replaced also depends
+on its projections and activation).
 """
 import importlib
 import inspect
@@ -14,7 +15,7 @@ import warnings
 import transformers
 import transformers.models
 
-from fusedmlp.nn.patch import _swiglu_activation_attr
+from fusedmlp.nn.patch import _gated_form
 
 warnings.filterwarnings("ignore")
 followed, not_followed = set(), set()
@@ -30,8 +31,8 @@ for info in pkgutil.iter_modules(transformers.models.__path__):
             init = inspect.getsource(cls.__init__)
         except (OSError, TypeError):
             continue
-        if all(proj in init for proj in ("gate_proj", "up_proj", "down_proj")):
-            (followed if _swiglu_activation_attr(cls.forward) else not_followed).add(name)
+        if "down_proj" in init and ("gate_up_proj" in init or ("gate_proj" in init and "up_proj" in init)):
+            (followed if _gated_form(cls.forward) else not_followed).add(name)
 print(f"transformers {transformers.__version__}: {len(followed)} gated feed-forward classes followed, "
       f"{len(not_followed)} not")
 print("followed:", " ".join(sorted(followed)))

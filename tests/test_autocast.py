@@ -41,6 +41,11 @@ def _case(name, device):
         tensors = [_randn(2, 9, 40, device=device), _randn(56, 40, device=device, scale=40**-0.5),
                    _randn(56, 40, device=device, scale=40**-0.5), _randn(40, 56, device=device, scale=56**-0.5)]
         return fusedmlp.swiglu, swiglu_reference, tensors, {}
+    if name == "swiglu_packed":
+        tensors = [_randn(2, 9, 40, device=device), _randn(2 * 56, 40, device=device, scale=40**-0.5),
+                   _randn(40, 56, device=device, scale=56**-0.5)]
+        return (fusedmlp.swiglu_packed, lambda x, w, wd, **kw: swiglu_reference(x, w[:56], w[56:], wd, **kw),
+                tensors, {"activation": "gelu_tanh"})
     if name == "lora_linear":
         tensors = [_randn(21, 40, device=device), _randn(24, 40, device=device, scale=40**-0.5),
                    _randn(24, device=device), _randn(3, 40, device=device, scale=40**-0.5),
@@ -74,7 +79,7 @@ def _run(op, tensors, kwargs, g):
     return y.detach(), [t.grad for t in _flat(tensors)]
 
 
-OPS = ["linear_act", "geglu", "swiglu", "lora_linear", "mlp", "dot_interaction"]
+OPS = ["linear_act", "geglu", "swiglu", "swiglu_packed", "lora_linear", "mlp", "dot_interaction"]
 
 
 @pytest.mark.parametrize("grouped", [True, False], ids=["grouped-casts", "cast-each"])

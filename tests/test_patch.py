@@ -37,6 +37,14 @@ def _tiny_llama(**config):
     return transformers.LlamaForCausalLM(config).eval()
 
 
+def _tiny_phi3():
+    """A Phi-3 of random weights: its MLPs hold the gate and up projections packed (gate_up_proj)."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.Phi3Config(hidden_size=64, intermediate_size=88, num_hidden_layers=2, num_attention_heads=4,
+                                     num_key_value_heads=2, vocab_size=101, pad_token_id=100)
+    return transformers.Phi3ForCausalLM(config).eval()
+
+
 def _tiny_gemma(version):
     """A Gemma (1 or 2) of random weights: its MLPs gate with transformers' tanh GELU."""
     transformers = pytest.importorskip("transformers")
@@ -62,8 +70,30 @@ class LocalsGatedMLP(GatedMLP):
         return self.down_proj(product)
 
 
-# Two forms that compute the feed-forward but are not followed (the source match is conservative):
-# a local never read (its calls would be dropped) and a local assigned again.
+class PackedGatedMLP(nn.Module):
+    """Phi-3's packed form, of an unknown class."""
+
+    def __init__(self, dim, hidden, act_fn):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(dim, 2 * hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+        self.act_fn = act_fn
+
+    def forward(self, x):
+        gate, up = self.gate_up_proj(x).chunk(2, -1)
+        return self.down_proj(self.act_fn(gate) * up)
+
+
+class UpFirstPackedGatedMLP(PackedGatedMLP):
+    """The gate taken from the second half: another function."""
+
+    def forward(self, x):
+        up, gate = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(self.act_fn(gate) * up)
+
+
+# A form that computes the feed-forward but is not followed (the source match is conservative):
+# a local never read (its calls would be dropped).
 class UnreadLocalGatedMLP(GatedMLP):
     def forward(self, x):
         extra = self.up_proj(x)  # noqa: F841 - a call whose result is dropped: not the feed-forward's count
@@ -71,6 +101,8 @@ class UnreadLocalGatedMLP(GatedMLP):
 
 
 class ReboundLocalGatedMLP(GatedMLP):
+    """A local assigned again after its one read."""
+
     def forward(self, x):
         up = self.up_proj(x)
         up = up * self.act_fn(self.gate_proj(x))
@@ -250,10 +282,12 @@ def test_llama_mlp_with_a_bias_is_left_alone():
     (lambda: _tiny_gemma(2), "Gemma2MLP", "gelu_tanh"),
     (lambda: _tiny_llama(hidden_act="gelu"), "LlamaMLP", "gelu"),
     (lambda: _tiny_llama(hidden_act="relu"), "LlamaMLP", "relu"),
-], ids=["gemma", "gemma2", "llama-gelu", "llama-relu"])
+    (_tiny_phi3, "Phi3MLP", "silu"),
+], ids=["gemma", "gemma2", "llama-gelu", "llama-relu", "phi3"])
 def test_gated_feed_forwards_with_other_activations(make, old_type, activation):
     """Gemma's GeGLU feed-forward (and a Llama configured with another hidden_act): a SwiGLU
-    with the gate's activation, same logits and gradients; unpatch restores."""
+    with the gate's activation; Phi-3's packed gate_up_proj: a PackedSwiGLU. Same logits and
+    gradients; unpatch restores."""
     model = make().double()
     reference = copy.deepcopy(model)
     snapshot = _snapshot(model)
@@ -261,7 +295,8 @@ def test_gated_feed_forwards_with_other_activations(make, old_type, activation):
 
     result = fusedmlp.patch(model)
 
-    assert [tuple(r) for r in result] == [(f"model.layers.{i}.mlp", old_type, "SwiGLU") for i in range(2)]
+    new_type = "PackedSwiGLU" if old_type == "Phi3MLP" else "SwiGLU"
+    assert [tuple(r) for r in result] == [(f"model.layers.{i}.mlp", old_type, new_type) for i in range(2)]
     assert all(layer.mlp.activation == activation for layer in model.model.layers)
     _assert_same_snapshot(model, snapshot)
     _assert_same_results(model, reference, inputs, MODEL_TOLERANCE[F64])
@@ -290,20 +325,37 @@ def test_swiglu_look_alike_is_replaced(act_fn, activation):
 
 
 def test_llama4_mlp_and_locals_are_replaced():
-    """Llama 4's ``Llama4TextMLP`` (``activation_fn``, the product in a local variable) and a
-    forward through two locals: SwiGLU, same results."""
+    """Llama 4's ``Llama4TextMLP`` (``activation_fn``, the product in a local variable), a
+    forward through two locals and one through a local assigned again: SwiGLU, same results."""
     transformers = pytest.importorskip("transformers")
     from transformers.models.llama4 import modeling_llama4
 
     config = transformers.Llama4TextConfig(hidden_size=24, intermediate_size=40, intermediate_size_mlp=40)
-    model = Wrapper(modeling_llama4.Llama4TextMLP(config), LocalsGatedMLP(24, 16, nn.SiLU())).to(F64)
+    model = Wrapper(modeling_llama4.Llama4TextMLP(config), LocalsGatedMLP(24, 16, nn.SiLU()),
+                    ReboundLocalGatedMLP(24, 16, nn.SiLU())).to(F64)
     reference = copy.deepcopy(model)
 
     result = fusedmlp.patch(model)
 
     assert [tuple(r) for r in result] == [("blocks.0", "Llama4TextMLP", "SwiGLU"),
-                                          ("blocks.1", "LocalsGatedMLP", "SwiGLU")]
+                                          ("blocks.1", "LocalsGatedMLP", "SwiGLU"),
+                                          ("blocks.2", "ReboundLocalGatedMLP", "SwiGLU")]
     _assert_same_results(model, reference, torch.randn(3, 5, 24, dtype=F64), MODEL_TOLERANCE[F64])
+
+
+def test_packed_gated_mlp_is_replaced_only_as_it_computes():
+    """A packed gate_up_proj unpacked as (gate, up): a PackedSwiGLU with the probed activation,
+    same results; unpacked as (up, gate) it is another function and is left alone."""
+    model = Wrapper(PackedGatedMLP(20, 12, nn.GELU(approximate="tanh"))).to(F64)
+    reference = copy.deepcopy(model)
+
+    result = fusedmlp.patch(model)
+
+    assert [tuple(r) for r in result] == [("blocks.0", "PackedGatedMLP", "PackedSwiGLU")]
+    assert model.blocks[0].activation == "gelu_tanh"
+    _assert_same_results(model, reference, torch.randn(3, 5, 20, dtype=F64), MODEL_TOLERANCE[F64])
+    swapped = Wrapper(UpFirstPackedGatedMLP(20, 12, nn.SiLU()))
+    assert fusedmlp.patch(swapped) == []
 
 
 
@@ -321,11 +373,10 @@ def _with_hook(module, child=None):
     lambda: ScaledGatedMLP(8, 12, nn.SiLU()),
     lambda: DroppedGatedMLP(8, 12, nn.SiLU()),
     lambda: UnreadLocalGatedMLP(8, 12, nn.SiLU()),
-    lambda: ReboundLocalGatedMLP(8, 12, nn.SiLU()),
     lambda: _with_hook(GatedMLP(8, 12, nn.SiLU())),
     lambda: _with_hook(GatedMLP(8, 12, nn.SiLU()), "up_proj"),
-], ids=["softplus", "tanh", "learnable-swish", "lambda", "bias", "scaled", "dropout", "unread-local", "rebound-local",
-        "hook", "child-hook"])
+], ids=["softplus", "tanh", "learnable-swish", "lambda", "bias", "scaled", "dropout", "unread-local", "hook",
+        "child-hook"])
 def test_gated_mlp_that_may_not_be_swiglu_is_left_alone(make):
     model = Wrapper(make())
     block = model.blocks[0]
@@ -563,7 +614,7 @@ def test_sequential_pair_compiles_fullgraph(broken):
     torch.testing.assert_close(compiled(x), reference(x), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("where", ["llama", "gemma", "sequential", "pair", "geglu"])
+@pytest.mark.parametrize("where", ["llama", "gemma", "phi3", "sequential", "pair", "geglu"])
 def test_peft_adapters_added_after_patching_still_count(where):
     """PEFT adapters added to a patched model wrap the fused blocks' projections: SwiGLU,
     PatchedGEGLU and FusedMLP then run their children unfused, a rule 3 pair's FusedLinear its
@@ -574,6 +625,8 @@ def test_peft_adapters_added_after_patching_still_count(where):
     if where in ("llama", "gemma"):
         model = (_tiny_llama() if where == "llama" else _tiny_gemma(1)).to(F64)
         targets, inputs = ["gate_proj", "up_proj", "down_proj"], torch.randint(0, 101, (2, 7))
+    elif where == "phi3":
+        model, targets, inputs = _tiny_phi3().to(F64), ["gate_up_proj", "down_proj"], torch.randint(0, 100, (2, 7))
     elif where == "sequential":
         model = Wrapper(nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))).to(F64)
         model, targets, inputs = model, ["blocks.0.0", "blocks.0.2"], torch.randn(4, 6, dtype=F64)

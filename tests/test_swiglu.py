@@ -60,6 +60,25 @@ def test_other_gate_activations(device, activation, dtype, recompute):
     run_check(tensors, g, dtype, recompute, activation=activation)
 
 
+@pytest.mark.parametrize("activation", ["silu", "gelu_tanh"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("recompute", [False, True], ids=["store", "recompute"])
+def test_packed_gate_up_weight(device, activation, dtype, recompute):
+    """``swiglu_packed``: the gate and up weights as one ``[2*hidden, dim]`` tensor ``[gate; up]``
+    (Phi-3's gate_up_proj), its gradient formed in that layout: output and every gradient
+    against float64, 3-D input, odd widths."""
+    (x, w_gate, w_up, w_down), g = make_inputs((3, 13), 40, 56, device, out_dim=24)
+    packed64 = torch.cat([w_gate, w_up]).detach().requires_grad_()
+    hidden = w_gate.shape[0]
+    check_against_float64(
+        lambda x_, w_, wd_: fusedmlp.swiglu_packed(x_, w_, wd_, recompute=recompute, activation=activation),
+        lambda x_, w_, wd_: swiglu_reference(x_, w_[:hidden], w_[hidden:], wd_, activation),
+        [t.detach().to(dtype).requires_grad_() for t in (x, packed64, w_down)],
+        [t.detach().to(dtype).double().requires_grad_() for t in (x, packed64, w_down)],
+        g.to(dtype), g, f"packed recompute={recompute} activation={activation}",
+    )
+
+
 @pytest.mark.parametrize(
     "grads",
     [(False, True, True, True), (True, False, False, False), (False, True, False, False),
@@ -324,12 +343,35 @@ def test_bad_inputs(device, case, exc, match):
             fusedmlp.SwiGLU(12, 20, activation="tanh")
 
 
-@pytest.mark.parametrize("recompute, activation", [(False, "silu"), (True, "silu"), (False, "gelu_tanh")],
-                         ids=["store", "recompute", "gelu_tanh"])
-def test_torch_compile_fullgraph(device, recompute, activation):
+@pytest.mark.parametrize("case,exc,match", [
+    ("odd_rows", ValueError, "an even number of rows"),
+    ("dim", ValueError, "w_gate_up"),
+    ("down_hidden", ValueError, "w_down must be"),
+    ("rank", ValueError, "w_gate_up must be 2-D"),
+])
+def test_packed_bad_inputs(device, case, exc, match):
+    x, w_gate_up, w_down = (torch.randn(5, 12, device=device), torch.randn(40, 12, device=device),
+                            torch.randn(12, 20, device=device))
+    if case == "odd_rows":
+        w_gate_up = torch.randn(41, 12, device=device)
+    elif case == "dim":
+        x = torch.randn(5, 13, device=device)
+    elif case == "down_hidden":
+        w_down = torch.randn(12, 21, device=device)
+    elif case == "rank":
+        w_gate_up = w_gate_up[None]
+    with pytest.raises(exc, match=match):
+        fusedmlp.swiglu_packed(x, w_gate_up, w_down)
+
+
+@pytest.mark.parametrize("recompute, activation, packed", [
+    (False, "silu", False), (True, "silu", False), (False, "gelu_tanh", False), (False, "silu", True)],
+    ids=["store", "recompute", "gelu_tanh", "packed"])
+def test_torch_compile_fullgraph(device, recompute, activation, packed):
     torch._dynamo.reset()
     backend = "inductor" if device == "cuda" else "aot_eager"
-    layer = fusedmlp.SwiGLU(40, 56, recompute=recompute, activation=activation).to(device)
+    module = fusedmlp.PackedSwiGLU if packed else fusedmlp.SwiGLU
+    layer = module(40, 56, recompute=recompute, activation=activation).to(device)
     x = torch.randn(2, 33, 40, device=device, requires_grad=True)
 
     def step(x):
@@ -386,6 +428,23 @@ def test_module_matches_llama_mlp_layout(device):
     assert "activation='gelu_tanh'" in repr(gemma) and "activation" not in repr(layer)
 
 
+def test_packed_module_matches_phi3_mlp_layout(device):
+    """gate_up_proj ([gate; up], bias-free) and down_proj, as in Hugging Face Phi3MLP; same function."""
+    layer = fusedmlp.PackedSwiGLU(24, 40).to(device, torch.float64)
+    assert sorted(layer.state_dict()) == ["down_proj.weight", "gate_up_proj.weight"]
+    assert layer.gate_up_proj.weight.shape == (80, 24) and layer.down_proj.weight.shape == (24, 40)
+    x = torch.randn(2, 5, 24, device=device, dtype=torch.float64, requires_grad=True)
+    gate, up = layer.gate_up_proj(x).chunk(2, dim=-1)
+    want = layer.down_proj(up * torch.nn.functional.silu(gate))
+    assert_close(layer(x), want, torch.float64, "PackedSwiGLU module")
+    shared = fusedmlp.PackedSwiGLU.from_projections(layer.gate_up_proj, layer.down_proj, activation="gelu_tanh")
+    assert shared.gate_up_proj is layer.gate_up_proj and "activation='gelu_tanh'" in repr(shared)
+    with pytest.raises(ValueError, match="bias-free"):
+        fusedmlp.PackedSwiGLU.from_projections(torch.nn.Linear(24, 80), layer.down_proj)
+    with pytest.raises(ValueError, match="2 \\* down_proj.in_features"):
+        fusedmlp.PackedSwiGLU.from_projections(torch.nn.Linear(24, 78, bias=False), layer.down_proj)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("recompute", [False, True], ids=["store", "recompute"])
 @pytest.mark.parametrize("tokens,dim,hidden,activation", [
@@ -396,3 +455,19 @@ def test_bf16_at_scale(recompute, tokens, dim, hidden, activation):
     the last at Gemma 2B's widths with its tanh-GELU gate."""
     tensors, g = make_inputs((tokens,), dim, hidden, "cuda")
     run_check(tensors, g, torch.bfloat16, recompute, "at scale", activation=activation)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recompute", [False, True], ids=["store", "recompute"])
+def test_packed_bf16_at_scale(recompute):
+    """``swiglu_packed`` in bf16 at Phi-3 mini's widths (3072 -> 2 x 8192), against float64 on
+    the GPU: the packed weight's halves through the tensor-descriptor kernels."""
+    (x, w_gate, w_up, w_down), g = make_inputs((2048,), 3072, 8192, "cuda")
+    packed64 = torch.cat([w_gate, w_up]).detach().requires_grad_()
+    check_against_float64(
+        lambda x_, w_, wd_: fusedmlp.swiglu_packed(x_, w_, wd_, recompute=recompute),
+        lambda x_, w_, wd_: swiglu_reference(x_, w_[:8192], w_[8192:], wd_),
+        [t.detach().to(torch.bfloat16).requires_grad_() for t in (x, packed64, w_down)],
+        [t.detach().to(torch.bfloat16).double().requires_grad_() for t in (x, packed64, w_down)],
+        g.to(torch.bfloat16), g, f"packed at scale recompute={recompute}",
+    )

@@ -6,8 +6,8 @@ from .linear_act import FusedLinear
 from .lora import LoRALinear
 from .mlp import FusedMLP
 from .patch import patch, unpatch
-from .swiglu import SwiGLU
+from .swiglu import PackedSwiGLU, SwiGLU
 from .tensor_parallel import tensor_parallel
 
-__all__ = ["GEGLU", "FusedLinear", "FusedMLP", "LoRALinear", "SwiGLU", "TableBatchedEmbedding", "patch",
-           "tensor_parallel", "unpatch"]
+__all__ = ["GEGLU", "FusedLinear", "FusedMLP", "LoRALinear", "PackedSwiGLU", "SwiGLU", "TableBatchedEmbedding",
+           "patch", "tensor_parallel", "unpatch"]

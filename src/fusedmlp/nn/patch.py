@@ -6,29 +6,34 @@ original ``Parameter`` objects (nothing is copied) and keep the state-dict keys,
 optimizers, checkpoints and weight tying keep working. The rules:
 
 1. **SwiGLU feed-forward** (and the other gated feed-forwards of its form, Gemma's GeGLU) ->
-   ``fusedmlp.SwiGLU`` (sharing the three projections, with the gate's activation). A module
-   qualifies when all of these hold:
+   ``fusedmlp.SwiGLU`` (sharing the three projections, with the gate's activation); with the
+   gate and up projections packed in one ``gate_up_proj`` (Phi-3, GLM) ->
+   ``fusedmlp.PackedSwiGLU`` (sharing both projections). A module qualifies when all of these
+   hold:
 
-   - its children are exactly ``gate_proj``, ``up_proj``, ``down_proj`` and optionally
-     ``act_fn`` (or ``activation_fn``); it holds no parameter or buffer of its own;
+   - its children are exactly ``gate_proj``, ``up_proj``, ``down_proj`` (or ``gate_up_proj``,
+     ``down_proj``) and optionally ``act_fn`` (or ``activation_fn``); it holds no parameter or
+     buffer of its own;
    - the projections are plain bias-free ``nn.Linear`` (not subclasses: a quantised or
      parametrised layer computes something else from its ``weight``) whose shapes chain,
      with one dtype and device;
    - ``act_fn`` (or ``activation_fn``) is one of ``fusedmlp.ACTIVATIONS``: ``F.silu`` (or
      ``F.relu``, ``F.gelu``, ``torch.sigmoid``) itself, or a stateless module of any class whose
-     output on a probe tensor equals one of them (``nn.SiLU`` and transformers' ``SiLUActivation``: silu, as in
-     LLaMA; transformers' ``GELUTanh`` / ``PytorchGELUTanh`` / ``NewGELUActivation``: gelu_tanh,
-     as in Gemma 1-4; ``GELUActivation``: gelu; ...);
-   - the source of its class's ``forward(self, x)`` is exactly
-     ``return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))`` (the
-     operands of ``*`` in either order, ``activation_fn`` in place of ``act_fn``, no
-     decorators), or that with parts of it first assigned to local variables, each named
-     once after its assignment (up to three: ``h = self.act_fn(self.gate_proj(x)) *
-     self.up_proj(x); return self.down_proj(h)``). This is how Hugging Face transformers (since
-     4.47) writes ``LlamaMLP``, ``MistralMLP``, ``Qwen2MLP``, ``GemmaMLP`` (``Gemma2MLP``,
-     ``Gemma3MLP``), ``Llama4TextMLP`` and their many copies. A forward doing anything else
-     (dropout, scaling, the tensor-parallel slicing of transformers < 4.47, ...) or whose
-     source cannot be read is not matched, whatever the class is called.
+     output on a probe tensor equals one of them (``nn.SiLU`` and transformers'
+     ``SiLUActivation``: silu, as in LLaMA; transformers' ``GELUTanh`` / ``PytorchGELUTanh`` /
+     ``NewGELUActivation``: gelu_tanh, as in Gemma 1-4; ``GELUActivation``: gelu; ...);
+   - the source of its class's ``forward(self, x)`` computes exactly
+     ``self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))``, or for the packed
+     form ``gate, up = self.gate_up_proj(x).chunk(2, dim=-1)`` (or ``.chunk(2, -1)``, the gate
+     half first) and ``self.down_proj(up * self.act_fn(gate))``: the operands of ``*`` in
+     either order, ``activation_fn`` in place of ``act_fn``, no decorators, one ``return``
+     after at most three assignments to local variables (a name may be assigned again, and each
+     value it is given must be read exactly once). This is how Hugging Face transformers
+     (since 4.47) writes ``LlamaMLP``, ``MistralMLP``, ``Qwen2MLP``, ``GemmaMLP``
+     (``Gemma2MLP``, ``Gemma3MLP``), ``Llama4TextMLP``, ``Phi3MLP``, ``GlmMLP`` and their many
+     copies (``python scripts/patch_coverage.py`` lists them). A forward doing anything else
+     (dropout, scaling, clamping, the tensor-parallel slicing of transformers < 4.47, ...) or
+     whose source cannot be read is not matched, whatever the class is called.
 
 2. **Packed GEGLU** (the diffusers ``GEGLU`` block) -> ``PatchedGEGLU`` (keeps the same
    ``proj`` Linear, so the keys stay ``proj.weight`` / ``proj.bias``). A module qualifies
@@ -107,20 +112,24 @@ from ._modules import (GELU_APPROXIMATE, established, is_plain, is_plain_linear,
 from .linear_act import FusedLinear, PairedActivation
 from .lora import LoRALinear
 from .mlp import FusedMLP
-from .swiglu import SwiGLU
+from .swiglu import PackedSwiGLU, SwiGLU
 from .tensor_parallel import tensor_parallel_forward
 
 # Plain (non-parameter) attribute of the module given to ``patch``: the swaps ``unpatch`` undoes.
 _SWAPS_ATTR = "_fusedmlp_swaps"
 
 _SWIGLU_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
+_PACKED_PROJECTIONS = ("gate_up_proj", "down_proj")
 _SWIGLU_ACTIVATIONS = ("act_fn", "activation_fn")  # the attribute holding the gate's activation
-# The accepted values of ``forward(self, x)``, with the caller's names for self and x and the
-# activation's attribute.
-_SWIGLU_RETURNS = (
-    "{s}.down_proj({s}.{a}({s}.gate_proj({x})) * {s}.up_proj({x}))",
-    "{s}.down_proj({s}.up_proj({x}) * {s}.{a}({s}.gate_proj({x})))",
-)
+_CHUNK = "__chunk__"  # ``__chunk__(e, i)``: half i of ``e.chunk(2, dim=-1)`` (``_returned_expression``)
+# The accepted values of ``forward(self, x)`` by form, with the caller's names for self and x and
+# the activation's attribute: separate gate and up projections, or one packed ``[gate; up]``.
+_GATED_RETURNS = {
+    "separate": ("{s}.down_proj({s}.{a}({s}.gate_proj({x})) * {s}.up_proj({x}))",
+                 "{s}.down_proj({s}.up_proj({x}) * {s}.{a}({s}.gate_proj({x})))"),
+    "packed": (f"{{s}}.down_proj({_CHUNK}({{s}}.gate_up_proj({{x}}), 1) * {{s}}.{{a}}({_CHUNK}({{s}}.gate_up_proj({{x}}), 0)))",
+               f"{{s}}.down_proj({{s}}.{{a}}({_CHUNK}({{s}}.gate_up_proj({{x}}), 0)) * {_CHUNK}({{s}}.gate_up_proj({{x}}), 1))"),
+}
 
 
 class Replacement(NamedTuple):
@@ -283,10 +292,11 @@ def _replace_block(module: nn.Module, options: Dict[str, bool]) -> Optional[nn.M
     lora = _peft_lora(module)
     if lora is not None:
         return lora
-    found = _swiglu_projections(module)
+    found = _gated_projections(module)
     if found is not None:
         *projections, gate_activation = found
-        return SwiGLU.from_projections(*projections, activation=gate_activation, **options)
+        fused = SwiGLU if len(projections) == 3 else PackedSwiGLU
+        return fused.from_projections(*projections, activation=gate_activation, **options)
     activation = _geglu_activation(module)
     if activation is not None:
         return PatchedGEGLU(module.proj, activation, **options)
@@ -318,23 +328,28 @@ def _sequential_mlp(module: nn.Module, options: Dict[str, bool]) -> Optional[Fus
     return FusedMLP.from_modules(module._modules, stack[1], stack[2], **options)
 
 
-def _swiglu_projections(module: nn.Module) -> Optional[Tuple[nn.Linear, nn.Linear, nn.Linear, str]]:
-    """Rule 1: ``(gate_proj, up_proj, down_proj, activation)`` of a gated feed-forward, or None."""
+def _gated_projections(module: nn.Module) -> Optional[tuple]:
+    """Rule 1: ``(gate_proj, up_proj, down_proj, activation)`` of a gated feed-forward, or
+    ``(gate_up_proj, down_proj, activation)`` of one with the two packed; else None."""
     children = set(module._modules)
-    if not set(_SWIGLU_PROJECTIONS) <= children <= {*_SWIGLU_PROJECTIONS, *_SWIGLU_ACTIVATIONS}:
+    for names in (_SWIGLU_PROJECTIONS, _PACKED_PROJECTIONS):
+        if set(names) <= children <= {*names, *_SWIGLU_ACTIVATIONS}:
+            break
+    else:
         return None
-    gate, up, down = (module._modules[name] for name in _SWIGLU_PROJECTIONS)
-    if not plain_linears((gate, up, down), bias_free=True):
+    projections = tuple(module._modules[name] for name in names)
+    if not plain_linears(projections, bias_free=True):
         return None
-    if gate.weight.shape != up.weight.shape or down.in_features != gate.out_features:
+    *inputs, down = projections
+    if 2 * down.in_features != sum(p.out_features for p in inputs) or len({p.weight.shape for p in inputs}) != 1:
+        return None  # gate and up: hidden = down's input width each
+    if len({(p.weight.dtype, p.weight.device) for p in projections}) != 1:
         return None
-    if len({(p.weight.dtype, p.weight.device) for p in (gate, up, down)}) != 1:
+    form = _gated_form(type(module).forward)
+    if form is None or form[0] != ("separate" if len(inputs) == 2 else "packed"):
         return None
-    activation_attr = _swiglu_activation_attr(type(module).forward)
-    activation = None if activation_attr is None else _gate_activation(getattr(module, activation_attr, None))
-    if activation is None:
-        return None
-    return gate, up, down, activation
+    activation = _gate_activation(getattr(module, form[1], None))
+    return None if activation is None else (*projections, activation)
 
 
 def _geglu_activation(module: nn.Module) -> Optional[str]:
@@ -420,9 +435,10 @@ def _gate_activation(act) -> Optional[str]:
 
 
 @functools.cache
-def _swiglu_activation_attr(forward) -> Optional[str]:
-    """The attribute (``act_fn`` or ``activation_fn``) through which the source of ``forward``
-    computes one of ``_SWIGLU_RETURNS`` (see rule 1), or None where it computes anything else."""
+def _gated_form(forward) -> Optional[Tuple[str, str]]:
+    """``(form, attribute)`` where the source of ``forward`` computes one of ``_GATED_RETURNS``
+    (see rule 1): the form's name and the attribute (``act_fn`` or ``activation_fn``) holding the
+    gate's activation; None where it computes anything else."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(forward)))
     except (OSError, TypeError, SyntaxError):
@@ -437,35 +453,69 @@ def _swiglu_activation_attr(forward) -> Optional[str]:
     if returned is None:
         return None
     self_name, x_name = (arg.arg for arg in args.args)
-    for attr in _SWIGLU_ACTIVATIONS:
-        if any(ast.dump(returned) == ast.dump(ast.parse(template.format(s=self_name, x=x_name, a=attr)).body[0].value)
-               for template in _SWIGLU_RETURNS):
-            return attr
+    for form, templates in _GATED_RETURNS.items():
+        for attr in _SWIGLU_ACTIVATIONS:
+            if any(ast.dump(returned) == ast.dump(ast.parse(t.format(s=self_name, x=x_name, a=attr)).body[0].value)
+                   for t in templates):
+                return form, attr
     return None
 
 
 def _returned_expression(body: List[ast.stmt]) -> Optional[ast.expr]:
     """The returned expression of ``body`` (after a docstring) with its local variables written
-    out: ``return e``, or up to three assignments ``v = e``, each name appearing exactly once in
-    the statements after its assignment (``v = gate * up; return down(v)``), then ``return``;
-    else None. A name read once keeps the calls' count (an unread one would drop calls, one read
-    twice repeat them); their order does not change what the accepted forms compute."""
+    out, or None. Up to three assignments may precede the ``return``: ``v = e``, or
+    ``a, b = e.chunk(2, dim=-1)`` (the halves written ``__chunk__(e, 0)`` and ``__chunk__(e, 1)``);
+    a name may be assigned again, and each value a name is given must be read exactly once
+    before that or the return. A value read once keeps the calls' count (an unread one would
+    drop calls, one read twice repeat them); their order does not change what the accepted
+    forms compute."""
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
             and isinstance(body[0].value.value, str):
         body = body[1:]
     if not body or len(body) > 4 or not isinstance(body[-1], ast.Return) or body[-1].value is None:
         return None
     bindings: Dict[str, ast.expr] = {}
-    for index, statement in enumerate(body[:-1]):
-        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
-                and isinstance(statement.targets[0], ast.Name)):
+    reads: Dict[str, int] = {}
+
+    def read(expression):  # the expression with the bound names written out, their reads counted
+        for node in ast.walk(expression):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in bindings:
+                reads[node.id] += 1
+        return _with_bindings(expression, bindings)
+
+    for statement in body[:-1]:
+        if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
             return None
-        name = statement.targets[0].id
-        later = body[index + 1:]
-        if sum(isinstance(node, ast.Name) and node.id == name for s in later for node in ast.walk(s)) != 1:
-            return None  # unread (its calls would be dropped), read twice, or assigned again
-        bindings[name] = _with_bindings(statement.value, bindings)
-    return _with_bindings(body[-1].value, bindings)
+        target = statement.targets[0]
+        if isinstance(target, ast.Name):
+            new = {target.id: read(statement.value)}
+        else:
+            halved = _chunked_in_two(statement.value)
+            names = [t.id for t in target.elts if isinstance(t, ast.Name)] if isinstance(target, ast.Tuple) else []
+            if halved is None or len(names) != 2 or len(set(names)) != 2:
+                return None
+            whole = read(halved)
+            new = {name: ast.Call(func=ast.Name(id=_CHUNK, ctx=ast.Load()), args=[whole, ast.Constant(value=i)],
+                                  keywords=[]) for i, name in enumerate(names)}
+        if any(reads.get(name, 1) != 1 for name in new):
+            return None  # a value given up unread or read twice
+        bindings.update(new)
+        reads.update(dict.fromkeys(new, 0))
+    returned = read(body[-1].value)
+    return returned if all(count == 1 for count in reads.values()) else None
+
+
+def _chunked_in_two(expression: ast.expr) -> Optional[ast.expr]:
+    """``e`` where ``expression`` is ``e.chunk(2, dim=-1)`` or ``e.chunk(2, -1)``, else None."""
+    if not (isinstance(expression, ast.Call) and isinstance(expression.func, ast.Attribute)
+            and expression.func.attr == "chunk"):
+        return None
+    args = [ast.dump(a) for a in expression.args]
+    keywords = {k.arg: ast.dump(k.value) for k in expression.keywords}
+    two, last = ast.dump(ast.Constant(value=2)), ast.dump(ast.parse("-1").body[0].value)
+    if (args, keywords) in (([two], {"dim": last}), ([two, last], {})):
+        return expression.func.value
+    return None
 
 
 def _with_bindings(expression: ast.expr, bindings: Dict[str, ast.expr]) -> ast.expr:

@@ -1,5 +1,6 @@
 """``SwiGLU``: a drop-in for the LLaMA feed-forward (``gate_proj``, ``up_proj``, ``down_proj``), and
-with another gate activation for its relatives (Gemma's GeGLU feed-forward: ``gelu_tanh``)."""
+with another gate activation for its relatives (Gemma's GeGLU feed-forward: ``gelu_tanh``);
+``PackedSwiGLU``: the same with the gate and up projections packed in one ``gate_up_proj`` (Phi-3)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 from torch import nn
 
 from ..ops.activations import activation_reference, check_activation
-from ..ops.swiglu import swiglu
+from ..ops.swiglu import swiglu, swiglu_packed
 from ._modules import established, plain_linears
 from .tensor_parallel import tensor_parallel_forward
 
@@ -73,3 +74,50 @@ class SwiGLU(nn.Module):
     def extra_repr(self) -> str:
         act = "" if self.activation == "silu" else f", activation={self.activation!r}"
         return f"recompute={self.recompute}{act}"
+
+
+class PackedSwiGLU(nn.Module):
+    """``down_proj(up * act(gate))`` with ``gate, up = gate_up_proj(x).chunk(2, -1)``, bias-free,
+    fused (``fusedmlp.swiglu_packed``): Phi-3's ``Phi3MLP``, whose state-dict keys it keeps
+    (``gate_up_proj.weight`` ``[2*hidden, dim]``, ``down_proj.weight``). ``recompute`` and
+    ``activation`` (default silu) as in ``fusedmlp.swiglu``. A projection wrapped or hooked since
+    (PEFT after ``fusedmlp.patch``) is run as it is, unfused. ``tensor_parallel`` does not shard
+    it (each rank's share of the packed weight would have to hold rows of both halves)."""
+
+    def __init__(self, dim: int, hidden_dim: int, out_dim: Optional[int] = None, recompute: bool = False,
+                 device=None, dtype=None, activation: str = "silu"):
+        super().__init__()
+        if dim <= 0 or hidden_dim <= 0:
+            raise ValueError(f"dim and hidden_dim must be positive, got {dim}, {hidden_dim}")
+        self.activation = check_activation(activation)
+        factory = {"device": device, "dtype": dtype}
+        self.gate_up_proj = nn.Linear(dim, 2 * hidden_dim, bias=False, **factory)
+        self.down_proj = nn.Linear(hidden_dim, out_dim or dim, bias=False, **factory)
+        self.recompute = recompute
+
+    @classmethod
+    def from_projections(cls, gate_up_proj: nn.Linear, down_proj: nn.Linear, recompute: bool = False,
+                         activation: str = "silu") -> "PackedSwiGLU":
+        """A PackedSwiGLU sharing existing bias-free projections (not copies)."""
+        activation = check_activation(activation)
+        for name, proj in (("gate_up_proj", gate_up_proj), ("down_proj", down_proj)):
+            if not isinstance(proj, nn.Linear) or proj.bias is not None:
+                raise ValueError(f"{name} must be a bias-free nn.Linear, got {proj}")
+        if gate_up_proj.out_features != 2 * down_proj.in_features:
+            raise ValueError(f"gate_up_proj must have 2 * down_proj.in_features = {2 * down_proj.in_features} "
+                             f"outputs, got {gate_up_proj.out_features}")
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        layer.gate_up_proj, layer.down_proj = gate_up_proj, down_proj
+        layer.recompute, layer.activation = recompute, activation
+        return layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate_up, down = self._modules["gate_up_proj"], self._modules["down_proj"]
+        if not established(self, (gate_up, down), _bias_free_linears):
+            gate, up = gate_up(x).chunk(2, dim=-1)  # wrapped since (PEFT LoRA): run them as they are
+            return down(up * activation_reference(gate, self.activation))
+        return swiglu_packed(x, gate_up.weight, down.weight, recompute=self.recompute, activation=self.activation)
+
+    def extra_repr(self) -> str:
+        return f"recompute={self.recompute}, activation={self.activation!r}"

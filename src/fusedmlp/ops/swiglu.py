@@ -74,7 +74,7 @@ from ._common import (
 from .activations import activation_reference, check_activation
 from .glu import glu_backward_dh, glu_backward_dh_impl, glu_forward_impl
 
-__all__ = ["swiglu", "swiglu_reference"]
+__all__ = ["swiglu", "swiglu_packed", "swiglu_reference"]
 
 
 def swiglu_reference(x, w_gate, w_up, w_down, activation: str = "silu"):
@@ -88,11 +88,14 @@ def _forward_impl(x, w_gate, w_up, w_down, act, store_h):
     return z @ w_down.t(), h
 
 
-def _backward(grad_y, x, w_gate, w_up, w_down, h, act, needs, traced, in_place=False):
-    """(dx, dW_gate, dW_up, dW_down), None where not needed; rows walked in chunks.
+def _backward(grad_y, x, w_gate, w_up, w_down, h, act, needs, traced, in_place=False, gate_first=False):
+    """(dx, dW_gate, dW_up, dW_down, pair), None where not needed; rows walked in chunks.
     ``traced``: the formula runs under torch.compile's tracing (custom ops only).
     ``in_place``: dh is written over the stored h, and z (and g where cuBLAS forms it) goes
-    where memory is dead (``_g_scratch``), so that the backward allocates its gradients only."""
+    where memory is dead (``_g_scratch``), so that the backward allocates its gradients only.
+    ``pair``: with both weights wanted, the one ``[2*hidden, d]`` tensor of which dW_gate and
+    dW_up are halves: ``[dW_up; dW_gate]`` (one product, dh's column order), or with
+    ``gate_first`` ``[dW_gate; dW_up]`` (two, the packed weight's order: ``swiglu_packed``)."""
     needs_x, needs_gate, needs_up, needs_down = needs
     hidden = w_up.shape[0]
     wants_pair = needs_gate and needs_up  # [dW_up; dW_gate] as one [2*hidden, d] product
@@ -102,6 +105,12 @@ def _backward(grad_y, x, w_gate, w_up, w_down, h, act, needs, traced, in_place=F
 
     def accumulate(acc, a, b):  # acc + a @ b, summed over the chunks in a fixed order
         return a @ b if acc is None else acc.addmm_(a, b)
+
+    def pair_product(dh_rows, x_rows, first):  # grad_pair (+)= dh_rows.T @ x_rows, in its order
+        parts = ([(dh_rows[:, hidden:], grad_pair[:hidden]), (dh_rows[:, :hidden], grad_pair[hidden:])] if gate_first
+                 else [(dh_rows, grad_pair)])
+        for d, out in parts:
+            torch.mm(d.t(), x_rows, out=out) if first else out.addmm_(d.t(), x_rows)
 
     if in_place:  # chunks of 2*d rows: a chunk's g fits in grad_pair (see _g_scratch)
         chunks = backward_row_chunks(x.shape[0], GLU_BWD_BLOCK_M, hidden * x.element_size(), 2 * x.shape[1])
@@ -132,10 +141,7 @@ def _backward(grad_y, x, w_gate, w_up, w_down, h, act, needs, traced, in_place=F
             del dh, z, d_up, d_gate
             continue
         if wants_pair:
-            if index == 0:
-                torch.mm(dh.t(), x_rows, out=grad_pair)
-            else:
-                grad_pair.addmm_(dh.t(), x_rows)
+            pair_product(dh, x_rows, index == 0)
         elif needs_up:
             grad_up = accumulate(grad_up, d_up.t(), x_rows)
         elif needs_gate:
@@ -144,12 +150,14 @@ def _backward(grad_y, x, w_gate, w_up, w_down, h, act, needs, traced, in_place=F
             _input_grad(d_up, d_gate, w_up, w_gate, grad_x[rows], traced)
         del dh, z, d_up, d_gate  # one chunk's transients alive at a time
     if whole:  # h now holds dh for every row
-        torch.mm(h.t(), x, out=grad_pair)
+        pair_product(h, x, True)
         if needs_x:
             _input_grad(h[:, :hidden], h[:, hidden:], w_up, w_gate, grad_x, traced)
     if grad_pair is not None:
         grad_up, grad_gate = grad_pair[:hidden], grad_pair[hidden:]
-    return grad_x, grad_gate, grad_up, grad_down
+        if gate_first:
+            grad_up, grad_gate = grad_gate, grad_up
+    return grad_x, grad_gate, grad_up, grad_down, grad_pair
 
 
 def _input_grad(d_up, d_gate, w_up, w_gate, out, traced):
@@ -197,8 +205,34 @@ class _SwiGLUFunction(torch.autograd.Function):
     def backward(ctx, grad_y):
         x, w_gate, w_up, w_down, h = ctx.saved_tensors
         in_place = reuse_saved_once(ctx, "fusedmlp.swiglu", h is not None)
-        return (*_backward(grad_y, x, w_gate, w_up, w_down, h, ctx.act, ctx.needs_input_grad[:4], False, in_place),
-                None, None)
+        grads = _backward(grad_y, x, w_gate, w_up, w_down, h, ctx.act, ctx.needs_input_grad[:4], False, in_place)
+        return (*grads[:4], None, None)
+
+
+class _PackedSwiGLUFunction(torch.autograd.Function):
+    """The same with the gate and up weights packed in one ``[2*hidden, d]`` tensor ``[gate; up]``
+    (Phi-3's ``gate_up_proj``): its gradient is formed in that tensor's layout, not assembled
+    from the halves' (autograd would zero-fill a full-size tensor per half and add them)."""
+
+    @staticmethod
+    def forward(ctx, x, w_gate_up, w_down, act, store_h):
+        hidden = w_gate_up.shape[0] // 2
+        y, h = _forward_impl(x, w_gate_up[:hidden], w_gate_up[hidden:], w_down, act, store_h)
+        ctx.act = act
+        ctx.save_for_backward(x, w_gate_up, w_down, h if store_h else None)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_y):
+        x, w_gate_up, w_down, h = ctx.saved_tensors
+        in_place = reuse_saved_once(ctx, "fusedmlp.swiglu_packed", h is not None)
+        needs_x, needs_pair, needs_down = ctx.needs_input_grad[:3]
+        hidden = w_gate_up.shape[0] // 2
+        grad_x, _, _, grad_down, grad_pair = _backward(
+            grad_y, x, w_gate_up[:hidden], w_gate_up[hidden:], w_down, h, ctx.act,
+            (needs_x, needs_pair, needs_pair, needs_down), False, in_place, gate_first=True)
+        return grad_x, grad_pair, grad_down, None, None
 
 
 @torch.library.custom_op("fusedmlp::swiglu", mutates_args=())
@@ -225,8 +259,8 @@ def _op_backward(ctx, grad_y, grad_h):
     if grad_y is None:
         return None, None, None, None, None, None
     x, w_gate, w_up, w_down, h = ctx.saved_tensors
-    return (*_backward(grad_y, x, w_gate, w_up, w_down, h, ctx.act, ctx.needs_input_grad[:4], traced=True),
-            None, None)
+    grads = _backward(grad_y, x, w_gate, w_up, w_down, h, ctx.act, ctx.needs_input_grad[:4], traced=True)
+    return (*grads[:4], None, None)
 
 
 torch.library.register_autograd("fusedmlp::swiglu", _op_backward, setup_context=_setup_context)
@@ -284,4 +318,43 @@ def swiglu(
         y, _ = torch.ops.fusedmlp.swiglu(x2d, w_gate, w_up, w_down, act, not recompute)
     else:
         y = _SwiGLUFunction.apply(x2d, w_gate, w_up, w_down, act, not recompute)
+    return y if x.dim() == 2 else y.reshape(*x.shape[:-1], w_down.shape[0])
+
+
+def swiglu_packed(
+    x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, *, recompute: bool = False,
+    activation: str = "silu",
+) -> torch.Tensor:
+    """``swiglu`` with the gate and up weights packed in one tensor, as Phi-3's ``gate_up_proj``:
+    ``(act(x @ w_gate_up[:hidden].T) * (x @ w_gate_up[hidden:].T)) @ w_down.T``.
+
+    Args:
+        x: ``[..., dim]`` input, as for ``swiglu``.
+        w_gate_up: ``[2*hidden, dim]`` weight of a bias-free ``nn.Linear(dim, 2*hidden)``: the gate
+            projection's rows first, then the up projection's.
+        w_down: ``[out, hidden]`` weight of the down projection.
+        recompute, activation: as for ``swiglu``.
+
+    Returns:
+        ``[..., out]``, as ``swiglu``. The same kernels run on the two halves (views, not copies);
+        the backward writes w_gate_up's gradient as one tensor in its layout.
+    """
+    if (dtype := autocast_dtype(x)) is not None:  # under torch.autocast: cast as F.linear's inputs are
+        return call_autocast(swiglu_packed, dtype, x, w_gate_up, w_down, recompute=recompute, activation=activation)
+    check_linear_inputs(x, w_gate_up, None, weight_name="w_gate_up")
+    if w_gate_up.shape[0] % 2:
+        raise ValueError(f"w_gate_up must be [2*hidden, dim] (an even number of rows), got {tuple(w_gate_up.shape)}")
+    hidden = w_gate_up.shape[0] // 2
+    w_gate, w_up = w_gate_up[:hidden], w_gate_up[hidden:]
+    _validate(x, w_gate, w_up, w_down)
+    check_bool(recompute, "recompute")
+    act = check_activation(activation)
+    x2d = x.reshape(-1, x.shape[-1])
+    if not grad_needed(x2d, w_gate_up, w_down):  # inference: the hidden products are not kept
+        y = (torch.ops.fusedmlp.swiglu(x2d, w_gate, w_up, w_down, act, False) if torch.compiler.is_compiling()
+             else _forward_impl(x2d, w_gate, w_up, w_down, act, False))[0]
+    elif torch.compiler.is_compiling():  # the halves' gradients meet in w_gate_up's through the traced slices
+        y, _ = torch.ops.fusedmlp.swiglu(x2d, w_gate, w_up, w_down, act, not recompute)
+    else:
+        y = _PackedSwiGLUFunction.apply(x2d, w_gate_up, w_down, act, not recompute)
     return y if x.dim() == 2 else y.reshape(*x.shape[:-1], w_down.shape[0])
