@@ -3,9 +3,13 @@
     fusedmlp.swiglu(x, w_gate, w_up, w_down, *, recompute=False, activation="silu")
         z = silu(x @ w_gate.T) * (x @ w_up.T);  y = z @ w_down.T          (no biases)
 
+    fusedmlp.swiglu_packed(x, w_gate_up, w_down, *, recompute=False, activation="silu")
+        the same with w_gate_up = [w_gate; w_up] ([2*hidden, d], Phi-3's gate_up_proj)
+
 Another gate activation (``activation``, any of kernels/activations.py: ``gelu_tanh`` gives
 Gemma's GeGLU feed-forward) runs the same kernels with its own epilogue; below, silu stands
-for whichever is chosen.
+for whichever is chosen. The packed form runs them on the two halves of its weight (views)
+and forms that weight's gradient in its layout (``_PackedSwiGLUFunction``).
 
 Forward: one GLU kernel (kernels/glu.py, ``act = silu``, W1 = up, W2 = gate) computes z
 with one pass over x and both weights; the two products never reach memory. Then the down
