@@ -231,14 +231,22 @@ def test_swiglu(case, _fresh_seed):
     dim, hidden = width(rng), width(rng)
     out = dim if rng.random() < 0.7 else width(rng)
     rows, lead = draw_rows(rng, 2 * dim * hidden)
-    recompute = rng.random() < 0.5
-    masters = [random_tensor(*lead, dim, requires_grad=rng.random() < 0.8),
-               random_tensor(hidden, dim, scale=dim**-0.5, requires_grad=True),
-               random_tensor(hidden, dim, scale=dim**-0.5, requires_grad=True),
-               random_tensor(out, hidden, scale=hidden**-0.5, requires_grad=rng.random() < 0.8)]
-    check_case(lambda x, wg, wu, wd: fusedmlp.swiglu(x, wg, wu, wd, recompute=recompute),
-               fusedmlp.swiglu_reference, masters, random_tensor(*lead, out), dtype, rng,
-               f"swiglu {lead} x {dim} -> {hidden} -> {out} recompute={recompute}")
+    recompute, packed = rng.random() < 0.5, rng.random() < 0.3
+    act = "silu" if rng.random() < 0.5 else draw_activation(rng, dtype)
+    x = random_tensor(*lead, dim, requires_grad=rng.random() < 0.8)
+    w_down = random_tensor(out, hidden, scale=hidden**-0.5, requires_grad=rng.random() < 0.8)
+    what = f"{lead} x {dim} -> {hidden} -> {out} {act} recompute={recompute}"
+    if packed:  # swiglu_packed: [w_gate; w_up] in one weight
+        check_case(lambda x, w, wd: fusedmlp.swiglu_packed(x, w, wd, recompute=recompute, activation=act),
+                   lambda x, w, wd: fusedmlp.swiglu_reference(x, w[:hidden], w[hidden:], wd, act),
+                   [x, random_tensor(2 * hidden, dim, scale=dim**-0.5, requires_grad=True), w_down],
+                   random_tensor(*lead, out), dtype, rng, f"swiglu_packed {what}")
+        return
+    masters = [x, random_tensor(hidden, dim, scale=dim**-0.5, requires_grad=True),
+               random_tensor(hidden, dim, scale=dim**-0.5, requires_grad=True), w_down]
+    check_case(lambda x, wg, wu, wd: fusedmlp.swiglu(x, wg, wu, wd, recompute=recompute, activation=act),
+               lambda x, wg, wu, wd: fusedmlp.swiglu_reference(x, wg, wu, wd, act),
+               masters, random_tensor(*lead, out), dtype, rng, f"swiglu {what}")
 
 
 @pytest.mark.parametrize("case", range(CASES))
