@@ -28,7 +28,7 @@ dt = torch.bfloat16
 x = torch.randn(tokens, d, device="cuda", dtype=dt, requires_grad=True)
 w_gate_up = (torch.randn(2 * hidden, d, device="cuda") / d**0.5).to(dt).requires_grad_()
 w_down = (torch.randn(d, hidden, device="cuda") / hidden**0.5).to(dt).requires_grad_()
-w_gate, w_up = (w_gate_up[:hidden].detach().clone().requires_grad_(), w_gate_up[hidden:].detach().clone().requires_grad_())
+w_gate, w_up = (half.detach().clone().requires_grad_() for half in (w_gate_up[:hidden], w_gate_up[hidden:]))
 g = torch.randn(tokens, d, device="cuda", dtype=dt)
 
 

@@ -384,6 +384,47 @@ def test_gated_mlp_that_may_not_be_swiglu_is_left_alone(make):
     assert model.blocks[0] is block
 
 
+_SEPARATE = "self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))"
+
+
+@pytest.mark.parametrize("body, expected", [
+    (f"return {_SEPARATE}", ("separate", "act_fn")),
+    (f"return {_SEPARATE.replace('act_fn', 'activation_fn')}", ("separate", "activation_fn")),
+    ("g = self.act_fn(self.gate_proj(x))\n    return self.down_proj(self.up_proj(x) * g)", ("separate", "act_fn")),
+    ("h = self.gate_proj(x)\n    h = self.act_fn(h) * self.up_proj(x)\n    return self.down_proj(h)",
+     ("separate", "act_fn")),
+    ("a, b = self.gate_up_proj(x).chunk(2, dim=-1)\n    return self.down_proj(b * self.act_fn(a))",
+     ("packed", "act_fn")),
+    ("h = self.gate_up_proj(x)\n    g, h = h.chunk(2, -1)\n    h = h * self.activation_fn(g)\n"
+     "    return self.down_proj(h)", ("packed", "activation_fn")),
+    # not followed
+    ("a, b = self.gate_up_proj(x).chunk(2, dim=-1)\n    return self.down_proj(a * self.act_fn(b))", None),
+    ("a, b = self.gate_up_proj(x).chunk(2, dim=0)\n    return self.down_proj(b * self.act_fn(a))", None),
+    ("a, b = self.gate_up_proj(x).chunk(3, dim=-1)\n    return self.down_proj(b * self.act_fn(a))", None),
+    ("a, a = self.gate_up_proj(x).chunk(2, dim=-1)\n    return self.down_proj(a * self.act_fn(a))", None),
+    ("g = self.gate_proj(x)\n    return self.down_proj(self.act_fn(g) * self.up_proj(x)) + 0 * g", None),
+    ("g = self.gate_proj(x)\n    g = self.gate_proj(x)\n    return self.down_proj(self.act_fn(g) * self.up_proj(x))",
+     None),
+    (f"y = {_SEPARATE}\n    y = 2 * y\n    return y", None),
+    (f"self.cache = x\n    return {_SEPARATE}", None),
+    (f"a = 1\n    b = 2\n    c = 3\n    d = 4\n    return {_SEPARATE}", None),
+    (f"return {_SEPARATE.replace('self.up_proj(x)', 'self.up_proj(2 * x)')}", None),
+    (f"return {_SEPARATE.replace('self.gate_proj', 'self.up_proj', 1)}", None),
+])
+def test_gated_forward_source_forms(body, expected, tmp_path):
+    """Rule 1's source match on forward bodies written out: what each computes decides."""
+    import importlib.util
+
+    from fusedmlp.nn.patch import _gated_form
+
+    path = tmp_path / "gated_forward.py"
+    path.write_text(f"def forward(self, x):\n    {body}\n")
+    spec = importlib.util.spec_from_file_location(f"gated_forward_{abs(hash(body))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # a file, so that inspect.getsource reads the source
+    assert _gated_form(module.forward) == expected
+
+
 # --------------------------------------------------------------------------------------
 # Rule 2: diffusers-style GEGLU
 # --------------------------------------------------------------------------------------

@@ -121,14 +121,14 @@ _SWAPS_ATTR = "_fusedmlp_swaps"
 _SWIGLU_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
 _PACKED_PROJECTIONS = ("gate_up_proj", "down_proj")
 _SWIGLU_ACTIVATIONS = ("act_fn", "activation_fn")  # the attribute holding the gate's activation
-_CHUNK = "__chunk__"  # ``__chunk__(e, i)``: half i of ``e.chunk(2, dim=-1)`` (``_returned_expression``)
+_CHUNK = "__chunk__"  # ``__chunk__(e, i)``: half i of ``e.chunk(2, dim=-1)``, as the templates write it
 # The accepted values of ``forward(self, x)`` by form, with the caller's names for self and x and
 # the activation's attribute: separate gate and up projections, or one packed ``[gate; up]``.
 _GATED_RETURNS = {
     "separate": ("{s}.down_proj({s}.{a}({s}.gate_proj({x})) * {s}.up_proj({x}))",
                  "{s}.down_proj({s}.up_proj({x}) * {s}.{a}({s}.gate_proj({x})))"),
-    "packed": (f"{{s}}.down_proj({_CHUNK}({{s}}.gate_up_proj({{x}}), 1) * {{s}}.{{a}}({_CHUNK}({{s}}.gate_up_proj({{x}}), 0)))",
-               f"{{s}}.down_proj({{s}}.{{a}}({_CHUNK}({{s}}.gate_up_proj({{x}}), 0)) * {_CHUNK}({{s}}.gate_up_proj({{x}}), 1))"),
+    "packed": ("{s}.down_proj(__chunk__({s}.gate_up_proj({x}), 1) * {s}.{a}(__chunk__({s}.gate_up_proj({x}), 0)))",
+               "{s}.down_proj({s}.{a}(__chunk__({s}.gate_up_proj({x}), 0)) * __chunk__({s}.gate_up_proj({x}), 1))"),
 }
 
 
