@@ -56,7 +56,7 @@ def cmd_info(args) -> int:
     else:
         print("device   no CUDA GPU")
         print(f"backend  {'Triton interpreter' if INTERPRET else 'PyTorch reference'} on CPU tensors")
-    print(f"ops      geglu, linear_act, swiglu, lora_linear, mlp, dot_interaction, fused_add_mul_activation; activations: {', '.join(fusedmlp.ACTIVATIONS)}")
+    print(f"ops      geglu, linear_act, swiglu, swiglu_packed, lora_linear, mlp, dot_interaction, fused_add_mul_activation; activations: {', '.join(fusedmlp.ACTIVATIONS)}")
     return 0
 
 

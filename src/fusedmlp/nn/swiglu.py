@@ -19,6 +19,32 @@ def _bias_free_linears(projections) -> bool:
     return plain_linears(projections, bias_free=True)
 
 
+def _fill_new(module, inputs, dim, hidden_dim, out_dim, recompute, activation, device, dtype) -> None:
+    """A new gated feed-forward's options and bias-free projections: ``inputs`` (name -> its
+    width in hidden widths, from dim), then ``down_proj`` (hidden_dim -> out_dim or dim)."""
+    if dim <= 0 or hidden_dim <= 0:
+        raise ValueError(f"dim and hidden_dim must be positive, got {dim}, {hidden_dim}")
+    module.activation = check_activation(activation)
+    for name, widths in inputs.items():
+        setattr(module, name, nn.Linear(dim, widths * hidden_dim, bias=False, device=device, dtype=dtype))
+    module.down_proj = nn.Linear(hidden_dim, out_dim or dim, bias=False, device=device, dtype=dtype)
+    module.recompute = recompute
+
+
+def _sharing(cls, projections, recompute, activation):
+    """A ``cls`` holding the given bias-free projections (name -> nn.Linear, not copies)."""
+    activation = check_activation(activation)
+    for name, proj in projections.items():
+        if not isinstance(proj, nn.Linear) or proj.bias is not None:
+            raise ValueError(f"{name} must be a bias-free nn.Linear, got {proj}")
+    layer = cls.__new__(cls)
+    nn.Module.__init__(layer)
+    for name, proj in projections.items():
+        setattr(layer, name, proj)
+    layer.recompute, layer.activation = recompute, activation
+    return layer
+
+
 class SwiGLU(nn.Module):
     """``down_proj(silu(gate_proj(x)) * up_proj(x))`` with bias-free projections, fused.
 
@@ -34,28 +60,14 @@ class SwiGLU(nn.Module):
     def __init__(self, dim: int, hidden_dim: int, out_dim: Optional[int] = None, recompute: bool = False,
                  device=None, dtype=None, activation: str = "silu"):
         super().__init__()
-        if dim <= 0 or hidden_dim <= 0:
-            raise ValueError(f"dim and hidden_dim must be positive, got {dim}, {hidden_dim}")
-        self.activation = check_activation(activation)
-        factory = {"device": device, "dtype": dtype}
-        self.gate_proj = nn.Linear(dim, hidden_dim, bias=False, **factory)
-        self.up_proj = nn.Linear(dim, hidden_dim, bias=False, **factory)
-        self.down_proj = nn.Linear(hidden_dim, out_dim or dim, bias=False, **factory)
-        self.recompute = recompute
+        _fill_new(self, {"gate_proj": 1, "up_proj": 1}, dim, hidden_dim, out_dim, recompute, activation, device, dtype)
 
     @classmethod
     def from_projections(cls, gate_proj: nn.Linear, up_proj: nn.Linear, down_proj: nn.Linear,
                          recompute: bool = False, activation: str = "silu") -> "SwiGLU":
         """A SwiGLU sharing existing bias-free projections (not copies)."""
-        activation = check_activation(activation)
-        for name, proj in (("gate_proj", gate_proj), ("up_proj", up_proj), ("down_proj", down_proj)):
-            if not isinstance(proj, nn.Linear) or proj.bias is not None:
-                raise ValueError(f"{name} must be a bias-free nn.Linear, got {proj}")
-        layer = cls.__new__(cls)
-        nn.Module.__init__(layer)
-        layer.gate_proj, layer.up_proj, layer.down_proj = gate_proj, up_proj, down_proj
-        layer.recompute, layer.activation = recompute, activation
-        return layer
+        return _sharing(cls, {"gate_proj": gate_proj, "up_proj": up_proj, "down_proj": down_proj}, recompute,
+                        activation)
 
     tp_mesh = None  # the device mesh once ``tensor_parallel`` has sharded this layer
     activation = "silu"  # the gate's activation (class default: instances pickled before it existed)
@@ -87,29 +99,16 @@ class PackedSwiGLU(nn.Module):
     def __init__(self, dim: int, hidden_dim: int, out_dim: Optional[int] = None, recompute: bool = False,
                  device=None, dtype=None, activation: str = "silu"):
         super().__init__()
-        if dim <= 0 or hidden_dim <= 0:
-            raise ValueError(f"dim and hidden_dim must be positive, got {dim}, {hidden_dim}")
-        self.activation = check_activation(activation)
-        factory = {"device": device, "dtype": dtype}
-        self.gate_up_proj = nn.Linear(dim, 2 * hidden_dim, bias=False, **factory)
-        self.down_proj = nn.Linear(hidden_dim, out_dim or dim, bias=False, **factory)
-        self.recompute = recompute
+        _fill_new(self, {"gate_up_proj": 2}, dim, hidden_dim, out_dim, recompute, activation, device, dtype)
 
     @classmethod
     def from_projections(cls, gate_up_proj: nn.Linear, down_proj: nn.Linear, recompute: bool = False,
                          activation: str = "silu") -> "PackedSwiGLU":
         """A PackedSwiGLU sharing existing bias-free projections (not copies)."""
-        activation = check_activation(activation)
-        for name, proj in (("gate_up_proj", gate_up_proj), ("down_proj", down_proj)):
-            if not isinstance(proj, nn.Linear) or proj.bias is not None:
-                raise ValueError(f"{name} must be a bias-free nn.Linear, got {proj}")
+        layer = _sharing(cls, {"gate_up_proj": gate_up_proj, "down_proj": down_proj}, recompute, activation)
         if gate_up_proj.out_features != 2 * down_proj.in_features:
             raise ValueError(f"gate_up_proj must have 2 * down_proj.in_features = {2 * down_proj.in_features} "
                              f"outputs, got {gate_up_proj.out_features}")
-        layer = cls.__new__(cls)
-        nn.Module.__init__(layer)
-        layer.gate_up_proj, layer.down_proj = gate_up_proj, down_proj
-        layer.recompute, layer.activation = recompute, activation
         return layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

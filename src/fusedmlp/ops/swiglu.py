@@ -314,6 +314,14 @@ def swiglu(
     _validate(x, w_gate, w_up, w_down)
     check_bool(recompute, "recompute")
     act = check_activation(activation)
+    return _dispatch(x, w_gate, w_up, w_down, act, recompute,
+                     lambda x2d: _SwiGLUFunction.apply(x2d, w_gate, w_up, w_down, act, not recompute))
+
+
+def _dispatch(x, w_gate, w_up, w_down, act, recompute, apply_eager):
+    """The op on x's rows, validated arguments: inference keeps no hidden products; under
+    torch.compile the custom op (a packed weight's halves are traced slices of it, whose
+    gradients autograd meets there); otherwise ``apply_eager(x2d)``, the op's Function."""
     x2d = x.reshape(-1, x.shape[-1])
     if not grad_needed(x2d, w_gate, w_up, w_down):  # inference: the hidden products are not kept
         y = (torch.ops.fusedmlp.swiglu(x2d, w_gate, w_up, w_down, act, False) if torch.compiler.is_compiling()
@@ -321,7 +329,7 @@ def swiglu(
     elif torch.compiler.is_compiling():
         y, _ = torch.ops.fusedmlp.swiglu(x2d, w_gate, w_up, w_down, act, not recompute)
     else:
-        y = _SwiGLUFunction.apply(x2d, w_gate, w_up, w_down, act, not recompute)
+        y = apply_eager(x2d)
     return y if x.dim() == 2 else y.reshape(*x.shape[:-1], w_down.shape[0])
 
 
@@ -353,12 +361,5 @@ def swiglu_packed(
     _validate(x, w_gate, w_up, w_down)
     check_bool(recompute, "recompute")
     act = check_activation(activation)
-    x2d = x.reshape(-1, x.shape[-1])
-    if not grad_needed(x2d, w_gate_up, w_down):  # inference: the hidden products are not kept
-        y = (torch.ops.fusedmlp.swiglu(x2d, w_gate, w_up, w_down, act, False) if torch.compiler.is_compiling()
-             else _forward_impl(x2d, w_gate, w_up, w_down, act, False))[0]
-    elif torch.compiler.is_compiling():  # the halves' gradients meet in w_gate_up's through the traced slices
-        y, _ = torch.ops.fusedmlp.swiglu(x2d, w_gate, w_up, w_down, act, not recompute)
-    else:
-        y = _PackedSwiGLUFunction.apply(x2d, w_gate_up, w_down, act, not recompute)
-    return y if x.dim() == 2 else y.reshape(*x.shape[:-1], w_down.shape[0])
+    return _dispatch(x, w_gate, w_up, w_down, act, recompute,
+                     lambda x2d: _PackedSwiGLUFunction.apply(x2d, w_gate_up, w_down, act, not recompute))
