@@ -68,10 +68,11 @@ def liger_available() -> bool:
 def default_impls(max_autotune: bool = False) -> list[str]:
     """Every implementation this machine can run for ``ACTIVATION`` (compile_max only when asked
     for; liger for silu and gelu_tanh, quack for silu, where installed)."""
-    impls = available_impls(IMPLS, max_autotune, {"liger": LIGER_KERNELS.get(ACTIVATION, ("liger_kernel",))[0],
-                                                  "quack": quack.MODULE, "quack_recompute": quack.MODULE})
-    return [i for i in impls if (i != "liger" or ACTIVATION in LIGER_KERNELS)
-            and (not i.startswith("quack") or ACTIVATION == "silu")]
+    peers = {"liger": LIGER_KERNELS[ACTIVATION][0]} if ACTIVATION in LIGER_KERNELS else {}
+    if ACTIVATION == "silu":
+        peers.update(quack=quack.MODULE, quack_recompute=quack.MODULE)
+    impls = available_impls(IMPLS, max_autotune, peers)
+    return [i for i in impls if i in peers or i not in ("liger", "quack", "quack_recompute")]
 
 
 def eager_swiglu(x, w_gate, w_up, w_down):
