@@ -37,6 +37,7 @@ def modules(device, dtype):
         # patch's stand-in for a diffusers-style block: the packed weight in its proj Linear
         ("PatchedGEGLU", PatchedGEGLU(torch.nn.Linear(24, 32, **factory), activation="gelu_tanh"), (24,)),
         ("SwiGLU", fusedmlp.SwiGLU(24, 32, **factory), (3, 24)),  # 3-D input: (batch, L, d)
+        ("PackedSwiGLU", fusedmlp.PackedSwiGLU(24, 32, activation="gelu_tanh", **factory), (3, 24)),
         ("FusedLinear", fusedmlp.FusedLinear(24, 32, activation="gelu_tanh", **factory), (24,)),
         ("LoRALinear", lora, (24,)),
         ("FusedMLP", fusedmlp.FusedMLP([13, 40, 24, 8], activation="relu", last_activation="sigmoid", **factory),
@@ -111,7 +112,7 @@ def run(case: str, device: str) -> list[str]:
         y_ref, dx_ref, grads_ref = reference(ref, x_ref, g_all * scale)
 
         if case == "tp":
-            if name not in ("GEGLU", "PatchedGEGLU", "SwiGLU"):
+            if name not in ("GEGLU", "PatchedGEGLU", "SwiGLU", "PackedSwiGLU"):
                 continue
             if fusedmlp.tensor_parallel(module, mesh) != [name]:
                 raise AssertionError(f"{name}: tensor_parallel did not shard it")
@@ -156,7 +157,8 @@ def run(case: str, device: str) -> list[str]:
             raise AssertionError(f"{case}: " + "; ".join(failures))
         lines.append(f"{case} {name}: output, dx and {len(grads_ref)} parameter gradients match")
     if case == "tp":
-        for bad in (fusedmlp.SwiGLU(24, 31, device=device), fusedmlp.GEGLU(24, 15, device=device)):
+        for bad in (fusedmlp.SwiGLU(24, 31, device=device), fusedmlp.PackedSwiGLU(24, 31, device=device),
+                    fusedmlp.GEGLU(24, 15, device=device)):
             try:
                 fusedmlp.tensor_parallel(bad, mesh)
             except ValueError as error:

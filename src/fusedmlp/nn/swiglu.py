@@ -93,8 +93,8 @@ class PackedSwiGLU(nn.Module):
     fused (``fusedmlp.swiglu_packed``): Phi-3's ``Phi3MLP``, whose state-dict keys it keeps
     (``gate_up_proj.weight`` ``[2*hidden, dim]``, ``down_proj.weight``). ``recompute`` and
     ``activation`` (default silu) as in ``fusedmlp.swiglu``. A projection wrapped or hooked since
-    (PEFT after ``fusedmlp.patch``) is run as it is, unfused. ``tensor_parallel`` does not shard
-    it (each rank's share of the packed weight would have to hold rows of both halves)."""
+    (PEFT after ``fusedmlp.patch``) is run as it is, unfused. ``tensor_parallel`` shards it: each
+    rank holds the matching rows of both halves, ``[gate_r; up_r]``, and columns of ``down_proj``."""
 
     def __init__(self, dim: int, hidden_dim: int, out_dim: Optional[int] = None, recompute: bool = False,
                  device=None, dtype=None, activation: str = "silu"):
@@ -111,7 +111,11 @@ class PackedSwiGLU(nn.Module):
                              f"outputs, got {gate_up_proj.out_features}")
         return layer
 
+    tp_mesh = None  # the device mesh once ``tensor_parallel`` has sharded this layer
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.tp_mesh is not None:
+            return tensor_parallel_forward(self, x)
         gate_up, down = self._modules["gate_up_proj"], self._modules["down_proj"]
         if not established(self, (gate_up, down), _bias_free_linears):
             gate, up = gate_up(x).chunk(2, dim=-1)  # wrapped since (PEFT LoRA): run them as they are

@@ -1,7 +1,7 @@
-"""Tensor parallelism for the gated feed-forward layers (``SwiGLU``, ``GEGLU``) with DTensor.
+"""Tensor parallelism for the gated feed-forward layers (``SwiGLU``, ``PackedSwiGLU``, ``GEGLU``) with DTensor.
 
 ``tensor_parallel(model, mesh)`` shards, over a 1-D device mesh of ``n`` ranks, every
-``SwiGLU`` and ``GEGLU`` in ``model`` (and every ``PatchedGEGLU``, the GEGLU that ``patch`` puts
+``SwiGLU``, ``PackedSwiGLU`` and ``GEGLU`` in ``model`` (and every ``PatchedGEGLU``, the GEGLU that ``patch`` puts
 in place of a diffusers-style block: its ``proj`` Linear holds the packed weight) the Megatron
 way: the hidden units are split into ``n`` slices, each rank computes its slice with the fused
 kernel and no activation crosses ranks inside the layer.
@@ -9,6 +9,10 @@ kernel and no activation crosses ranks inside the layer.
     SwiGLU   gate_proj.weight, up_proj.weight [hidden, d]  Shard(0): rank r holds rows r of n
              down_proj.weight [d_out, hidden]              Shard(1): the matching columns
              y = all_reduce_sum(swiglu(x, gate_r, up_r, down_r))
+    PackedSwiGLU  gate_up_proj.weight [2*hidden, d] packs gate (rows [:hidden]) and up: rank r
+             holds rows r of n of each half, packed again ([gate_r; up_r], as GEGLU's
+             weight below); down_proj.weight Shard(1)
+             y = all_reduce_sum(swiglu_packed(x, [gate_r; up_r], down_r))
     GEGLU    weight [2*out, d] packs x1 (rows [:out]) and x2 (rows [out:]) of one Linear. A plain
              row split would give rank 0 all of x1 and rank 1 all of x2: wrong, the gate must
              pair x1[j] with x2[j]. Here rank r holds rows r of n of x1 AND of x2, packed again
@@ -81,12 +85,16 @@ def _local(t):
 
 
 def tensor_parallel_forward(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The forward of a ``SwiGLU`` or ``GEGLU`` sharded by ``tensor_parallel``."""
+    """The forward of a ``SwiGLU``, ``PackedSwiGLU`` or ``GEGLU`` sharded by ``tensor_parallel``."""
     from ..ops.glu import geglu
-    from ..ops.swiglu import swiglu
+    from ..ops.swiglu import swiglu, swiglu_packed
 
     group = module.tp_mesh.get_group()
     x = _CopyToRanks.apply(x, group)
+    if hasattr(module, "gate_up_proj"):  # PackedSwiGLU
+        y = swiglu_packed(x, _local(module.gate_up_proj.weight), _local(module.down_proj.weight),
+                          recompute=module.recompute, activation=module.activation)
+        return _SumOverRanks.apply(y, group)
     if hasattr(module, "down_proj"):  # SwiGLU
         y = swiglu(x, _local(module.gate_proj.weight), _local(module.up_proj.weight), _local(module.down_proj.weight),
                    recompute=module.recompute, activation=module.activation)
@@ -106,7 +114,7 @@ def _strided_shard():
     try:
         from torch.distributed.tensor.placement_types import _StridedShard
     except ImportError as error:  # pragma: no cover - every supported PyTorch has it
-        raise RuntimeError("GEGLU tensor parallelism needs DTensor's _StridedShard placement "
+        raise RuntimeError("GEGLU and PackedSwiGLU tensor parallelism need DTensor's _StridedShard placement "
                            "(PyTorch >= 2.5)") from error
     return _StridedShard(0, split_factor=2)
 
@@ -118,18 +126,18 @@ def _distribute(param: nn.Parameter, mesh, placement) -> nn.Parameter:
 
 
 def tensor_parallel(model: nn.Module, mesh) -> list[str]:
-    """Shard every ``SwiGLU``, ``GEGLU`` and ``PatchedGEGLU`` of ``model`` (in place) over the 1-D DeviceMesh
-    ``mesh``; returns the names of the sharded modules.
+    """Shard every ``SwiGLU``, ``PackedSwiGLU``, ``GEGLU`` and ``PatchedGEGLU`` of ``model`` (in place) over
+    the 1-D DeviceMesh ``mesh``; returns the names of the sharded modules.
 
-    Every rank must call it with the same (replicated) weights, and the hidden width (SwiGLU)
-    or output width (GEGLU) must divide by the mesh size. Afterwards pass the same input on
+    Every rank must call it with the same (replicated) weights, and the hidden width (SwiGLU,
+    PackedSwiGLU) or output width (GEGLU) must divide by the mesh size. Afterwards pass the same input on
     every rank; the output is replicated.
     """
     from torch.distributed.tensor import Shard
 
     from .glu import GEGLU
     from .patch import PatchedGEGLU
-    from .swiglu import SwiGLU
+    from .swiglu import PackedSwiGLU, SwiGLU
 
     if mesh.ndim != 1:
         raise ValueError(f"tensor_parallel takes a 1-D device mesh, got {mesh.ndim} dimensions")
@@ -139,12 +147,15 @@ def tensor_parallel(model: nn.Module, mesh) -> list[str]:
         name = name or type(module).__name__
         if getattr(module, "tp_mesh", None) is not None:
             raise ValueError(f"{name} is already tensor-parallel")
-        if isinstance(module, SwiGLU):
-            hidden = module.gate_proj.weight.shape[0]
+        if isinstance(module, (SwiGLU, PackedSwiGLU)):
+            hidden = module.down_proj.weight.shape[1]
             if hidden % ranks:
                 raise ValueError(f"{name}: hidden width {hidden} does not divide by the mesh size {ranks}")
-            module.gate_proj.weight = _distribute(module.gate_proj.weight, mesh, Shard(0))
-            module.up_proj.weight = _distribute(module.up_proj.weight, mesh, Shard(0))
+            if isinstance(module, SwiGLU):
+                module.gate_proj.weight = _distribute(module.gate_proj.weight, mesh, Shard(0))
+                module.up_proj.weight = _distribute(module.up_proj.weight, mesh, Shard(0))
+            else:  # [gate_r; up_r] on rank r
+                module.gate_up_proj.weight = _distribute(module.gate_up_proj.weight, mesh, _strided_shard())
             module.down_proj.weight = _distribute(module.down_proj.weight, mesh, Shard(1))
         elif isinstance(module, (GEGLU, PatchedGEGLU)):
             linear = _packed_linear(module)
