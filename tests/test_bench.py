@@ -617,6 +617,113 @@ def test_swiglu_suite_takes_the_gate_activation(monkeypatch):
         swiglu_suite.set_activation("tanh")
 
 
+def _silu_mul_stand_in():
+    """Liger's SiLU-mul Function, stood in for by its formula (Liger is not installed everywhere)."""
+    class SiluMul(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, gate, up):
+            ctx.save_for_backward(gate, up)
+            return torch.nn.functional.silu(gate) * up
+
+        @staticmethod
+        def backward(ctx, grad):
+            with torch.enable_grad():
+                gate, up = (t.detach().requires_grad_() for t in ctx.saved_tensors)
+                return torch.autograd.grad(torch.nn.functional.silu(gate) * up, (gate, up), grad)
+
+    return SiluMul
+
+
+def test_swiglu_suite_packed_layout(monkeypatch):
+    """``--packed``: every impl takes the one [2*hidden, d] weight [gate; up] and computes the
+    feed-forward of its halves (fused, eager and the Liger peer against the float64 reference,
+    the packed weight's gradient too); QuACK is not offered."""
+    import sys
+    import types
+
+    from fusedmlp.bench import quack
+    from fusedmlp.bench.suites import swiglu as swiglu_suite
+    from fusedmlp.ops.swiglu import swiglu_reference
+
+    monkeypatch.setattr(swiglu_suite, "ACTIVATION", swiglu_suite.ACTIVATION)  # both restored afterwards
+    monkeypatch.setattr(swiglu_suite, "PACKED", swiglu_suite.PACKED)
+    monkeypatch.setattr(harness, "module_importable", lambda name: True)
+    monkeypatch.setitem(sys.modules, "liger_kernel.ops.swiglu",
+                        types.SimpleNamespace(LigerSiLUMulFunction=_silu_mul_stand_in()))
+    assert quack.MODULE and "quack" in swiglu_suite.default_impls()
+    swiglu_suite.set_packed(True)
+    impls = swiglu_suite.default_impls()
+    assert "liger" in impls and "quack" not in impls and "quack_recompute" not in impls
+    hidden = 12
+    x = torch.randn(5, 8, dtype=torch.float64, requires_grad=True)
+    w_gate_up = torch.randn(2 * hidden, 8, dtype=torch.float64, requires_grad=True)
+    w_down = torch.randn(8, hidden, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(5, 8, dtype=torch.float64)
+    for act, impls in (("silu", ("fused", "fused_recompute", "eager", "liger")), ("gelu_tanh", ("fused", "eager"))):
+        swiglu_suite.set_activation(act)
+        want = swiglu_reference(x, w_gate_up[:hidden], w_gate_up[hidden:], w_down, act)
+        want_grads = torch.autograd.grad(want, (x, w_gate_up, w_down), g)
+        for impl in impls:
+            got = swiglu_suite._forward_fn(impl)(x, w_gate_up, w_down)
+            torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10, msg=f"{act} {impl}")
+            for grad, want_grad in zip(torch.autograd.grad(got, (x, w_gate_up, w_down), g), want_grads):
+                torch.testing.assert_close(grad, want_grad, rtol=1e-10, atol=1e-10, msg=f"{act} {impl}")
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["separate", "packed"])
+def test_swiglu_gemm_floor_does_the_models_gemm_work(monkeypatch, packed):
+    """The GEMM floor's steps multiply-add what the suite's TFLOP/s counts (3 / 6 / 9 GEMMs of
+    tokens x d x hidden), in either weight layout (counted by PyTorch's FlopCounterMode)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from fusedmlp.bench.suites import swiglu as swiglu_suite
+
+    monkeypatch.setattr(swiglu_suite, "PACKED", packed)
+    tokens, d, hidden = 6, 8, 12
+    weights = [(2 * hidden, d), (d, hidden)] if packed else [(hidden, d), (hidden, d), (d, hidden)]
+    inputs = (torch.randn(tokens, d), *(torch.randn(*shape) for shape in weights))
+    steps = swiglu_suite._gemm_steps(inputs, torch.randn(tokens, d))
+    for mode, gemms in (("fwd", 3), ("bwd", 6), ("fwd+bwd", 9)):
+        with FlopCounterMode(display=False) as counter:
+            steps[mode]()
+        assert counter.get_total_flops() == gemms * 2 * tokens * d * hidden, mode
+
+
+def test_swiglu_packed_option_is_set_recorded_and_named(tmp_path, monkeypatch, capsys):
+    """``fusedmlp bench swiglu --packed`` runs the suite in the packed layout, records it and
+    names the files after it; the next run without it is in the separate layout again; other
+    suites refuse it. Without a GPU the accuracy check takes the packed op. ``run_gpu`` is a
+    stand-in (no GPU here)."""
+    from fusedmlp.bench.suites import swiglu as swiglu_suite
+
+    monkeypatch.setattr(swiglu_suite, "PACKED", swiglu_suite.PACKED)  # restored afterwards
+    assert cli.main(["bench", "geglu", "--packed"]) == 2
+    assert "--packed applies to the swiglu suite, not geglu" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert cli.main(["bench", "swiglu", "--packed", "--dtype", "fp32"]) == 0
+        out = capsys.readouterr().out
+        assert "err dW_gate_up" in out
+        errors = [float(v) for line in out.splitlines() if line.startswith("| float32")
+                  for v in line.split("|")[-5:-1]]
+        assert len(errors) == 8 and all(e < 1e-5 for e in errors), errors
+    seen = []
+
+    def fake_run_gpu(shapes, dtype, impls, modes, on_shape_done=None):
+        seen.append(swiglu_suite.PACKED)
+        return [harness.Measurement("swiglu", {"tokens": 64, "d": 16, "hidden": 32}, "bfloat16", "fused", "fwd",
+                                    ms=0.1)]
+
+    monkeypatch.setattr(cli, "_prepare_backend", lambda: True)
+    monkeypatch.setattr(swiglu_suite, "run_gpu", fake_run_gpu)
+    for flag in (["--packed"], []):
+        out = tmp_path / ("packed" if flag else "separate")
+        assert cli.main(["bench", "swiglu", "--shapes", "64x16x32", "--impls", "fused", "--out", str(out), *flag]) == 0
+        assert seen[-1] == bool(flag)
+        [path] = out.glob("swiglu_bf16_*.json")
+        assert path.stem.endswith("_packed") == bool(flag)
+        assert json.loads(path.read_text())["environment"].get("packed") == (True if flag else None)
+
+
 def test_default_impls():
     impls = glu_suite.default_impls()
     assert impls[:4] == ["fused", "fused_store", "eager", "compile"] and "gemm" in impls

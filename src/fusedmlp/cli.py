@@ -96,6 +96,11 @@ def cmd_bench(args) -> int:
         except ValueError as exc:
             print(exc, file=sys.stderr)
             return 2
+    if args.packed and not hasattr(suite, "set_packed"):
+        print(f"--packed applies to the swiglu suite, not {args.suite}", file=sys.stderr)
+        return 2
+    if hasattr(suite, "set_packed"):  # each run says its layout (the suite's module outlives a run)
+        suite.set_packed(args.packed)
     if args.rounds < 1:
         print(f"--rounds takes a count >= 1, got {args.rounds}", file=sys.stderr)
         return 2
@@ -140,6 +145,9 @@ def cmd_bench(args) -> int:
     if args.activation is not None:
         env["activation"] = args.activation
         stem += f"_{args.activation}"
+    if args.packed:
+        env["packed"] = True
+        stem += "_packed"
     if args.backward_thread != "device":
         stem += f"_{args.backward_thread}_bwd"
     if args.autocast:
@@ -364,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "fused,fused_preact,eager,compile,compile_max,quack,gemm,fused_graph,fused_preact_graph,"
                             "eager_graph,compile_graph; "
                             "swiglu: fused,fused_recompute,eager,compile,compile_max,liger,quack,quack_recompute,gemm,"
-                            "fused_graph,eager_graph,compile_graph (liger, quack: when liger_kernel, "
+                            "fused_graph,eager_graph,compile_graph (with --packed no quack; liger, quack: when liger_kernel, "
                             "quack-kernels are installed; quack runs the forward alone in geglu and linear_act); lora: fused,fused_in_loop,eager,compile,"
                             "compile_max,gemm,fused_graph,eager_graph,compile_graph (*_graph: the step replayed from a "
                             "CUDA graph, fwd and fwd+bwd); add_mul_act: fused_triton,fused_cuda,eager,"
@@ -375,6 +383,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "gelu_tanh, sigmoid, silu; default gelu_tanh); swiglu: the gate's activation (the "
                             "same names; default silu; gelu_tanh: Gemma's feed-forward); named in the output "
                             "files' names")
+    bench.add_argument("--packed", action="store_true",
+                       help="swiglu: the gate and up weights packed in one [2*hidden, d] tensor, as Phi-3's and "
+                            "GLM's gate_up_proj: fused is fusedmlp.swiglu_packed, eager / compile / liger split "
+                            "one product in two halves (chunk), the GEMM floor is the packed products; named in "
+                            "the output files' names")
     bench.add_argument("--fp32-precision", choices=("highest", "high"), default=None,
                        help="with --dtype fp32: torch.set_float32_matmul_precision for every impl of the run "
                             "(highest: IEEE fp32 products, the fused ops' GEMMs then on cuBLAS; high: TF32 tensor "
