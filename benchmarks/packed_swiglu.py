@@ -70,10 +70,11 @@ for name in order:
     peak = (torch.cuda.max_memory_allocated() - base) / 2**20
     results[name] = {"ms": ms, "peak_mib": peak}
     print(f"{name:14s} {ms:8.3f} ms  peak {peak:8.0f} MiB", flush=True)
-ref = results["eager"]["ms"]
 print(f"{tokens} x {d} -> 2 x {hidden}, bf16, {torch.cuda.get_device_name()}, torch {torch.__version__}, "
       f"triton {triton.__version__}")
+peers = [p for p in ("eager", "compile") if p in results]  # an ORDER may leave them out
 for name, r in results.items():
-    print(f"{name:14s} {r['ms'] / ref:6.3f}x eager's time, {r['ms'] / results['compile']['ms']:6.3f}x compile's")
+    if peers:
+        print(f"{name:14s} " + ", ".join(f"{r['ms'] / results[p]['ms']:6.3f}x {p}'s time" for p in peers))
 print(json.dumps({"shape": [tokens, d, hidden], "device": torch.cuda.get_device_name(), "torch": torch.__version__,
                   "triton": triton.__version__, "results": results}))
