@@ -4,6 +4,7 @@ import csv
 import importlib.util
 import importlib.metadata
 import json
+import statistics
 
 import pytest
 import torch
@@ -167,6 +168,61 @@ def test_run_suite_rounds_alternate_the_order_and_report_medians(monkeypatch):
     with pytest.raises(ValueError, match="rounds must be >= 1"):
         with harness.timing_rounds(0):
             pass
+
+
+def test_gpu_clock_sampler_summarises_what_it_read():
+    """The sampler reads at its start, every interval while open and at its stop (a short timing
+    still gets two samples), skips reads NVML refused, and summarises: clock median and lowest,
+    power median, hottest."""
+    import itertools
+    import time
+
+    from fusedmlp.bench import gpu_clock
+
+    values = itertools.cycle([(1980, 120.0, 40), None, (1410, 699.5, 63), (1500, 690.0, 60)])
+    sampler = gpu_clock.Sampler(lambda: next(values), interval=0.001)
+    with sampler:
+        time.sleep(0.05)
+    assert len(sampler.samples) >= 3 and None not in sampler.samples
+    clocks = [c for c, _, _ in sampler.samples]
+    summary = sampler.summary()
+    assert summary["sm_mhz"] == statistics.median(clocks) and summary["sm_mhz_min"] == min(clocks)
+    assert summary["temp_c"] == max(t for _, _, t in sampler.samples)
+    short = gpu_clock.Sampler(lambda: (1755, 650.0, 55), interval=60)
+    with short:
+        pass
+    assert short.samples == [(1755, 650.0, 55)] * 2
+    assert gpu_clock.Sampler(lambda: None).summary() == {}
+    if not torch.cuda.is_available():  # no NVIDIA driver: nothing sampled, nothing claimed
+        with gpu_clock.sampling() as clock:
+            pass
+        assert clock.summary() == {} and gpu_clock.device_limits() == {}
+
+
+def test_run_suite_records_the_clock_of_each_measurement(monkeypatch):
+    """Each measurement carries the GPU's clock over its timings: with rounds, the median of the
+    rounds' medians, the lowest sample, the median power and the highest temperature, and each
+    round's clock; the run's sentence names the range. ``measure`` is a stand-in (no GPU)."""
+    from fusedmlp.bench import gpu_clock
+
+    clocks = iter([(1500, 1410, 690.0, 60), (1900, 1800, 300.0, 45), (1700, 1600, 650.0, 63)])
+
+    def fake_measure(forward, mode, inputs, g, steps=None):
+        mhz, low, watts, celsius = next(clocks)
+        return 1.0, 1.0, {"sm_mhz": mhz, "sm_mhz_min": low, "power_w": watts, "temp_c": celsius}
+
+    monkeypatch.setattr(harness, "measure", fake_measure)
+    with harness.timing_rounds(3):
+        [row] = harness.run_suite("toy", [(4, 8)], ("d", "N"), torch.float32, ["fused"], ["fwd"],
+                                  lambda shape, dtype: ((), None), lambda impl: impl, None, {"fwd": 1},
+                                  lambda shape: 1e9)
+    assert row.extra == {"sm_mhz": 1700, "sm_mhz_min": 1410, "power_w": 650.0, "temp_c": 63,
+                         "sm_mhz_rounds": [1500, 1900, 1700], "ms_rounds": [1.0, 1.0, 1.0]}
+    line = harness.clock_line([row], {"sm_max_mhz": 1980, "power_limit_w": 700.0})
+    assert line.startswith("GPU during the timings: SM clock medians 1700-1700 MHz of 1980, lowest sample 1410; "
+                           "board power medians up to 650 W (limit 700 W); up to 63 C")
+    assert harness.clock_line([harness.Measurement("toy", {}, "float32", "fused", "fwd", ms=1.0)], {}) is None
+    assert gpu_clock.merge([{}, {}]) == {}
 
 
 def test_interleaved_ms_alternates_the_order(monkeypatch):

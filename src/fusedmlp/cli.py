@@ -177,6 +177,9 @@ def cmd_bench(args) -> int:
     print(harness.format_table(headers, table))
     for line in failed:
         print("  " + line)
+    clocks = harness.clock_line(rows, env)
+    if clocks:
+        print(clocks)
     print(f"\nwrote {json_path} and {json_path.with_suffix('.csv')}")
     try:
         from fusedmlp.bench.plot import plot_results

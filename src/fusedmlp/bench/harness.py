@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from . import gpu_clock
+
 
 @dataclass
 class Measurement:
@@ -224,6 +226,7 @@ def environment() -> dict:
     }
     if torch.cuda.is_available():
         env["device"] = torch.cuda.get_device_name()
+        env.update(gpu_clock.device_limits())
     else:
         env["device"] = f"CPU ({platform.processor() or platform.machine()}), Triton interpreter"
     from ..kernels.tuning_cache import cache_dir
@@ -300,6 +303,11 @@ def write_csv(path: Path, env: dict, rows: list[Measurement]) -> None:
         writer.writerows(flat)
 
 
+def clock_line(rows: list[Measurement], env: dict) -> str | None:
+    """The run's GPU clocks, power and temperatures in a sentence (``gpu_clock.run_line``), or None."""
+    return gpu_clock.run_line([{key: r.extra[key] for key in gpu_clock.KEYS if key in r.extra} for r in rows], env)
+
+
 def format_table(headers: list[str], rows: list[list]) -> str:
     """A Markdown table (readable in a terminal and pasteable into the README)."""
     cells = [[("" if c is None else (f"{c:.3g}" if isinstance(c, float) else str(c))) for c in r] for r in rows]
@@ -328,12 +336,21 @@ def measure(forward, mode: str, inputs: tuple, g, steps=None):
     forward leaves allocated (output and saved state). bwd: the backward alone, each one of
     a fresh forward (timed apart from it).
     fwd+bwd: both. Gradients are taken for the inputs that require them, with ``g`` upstream.
+    ``extra`` also holds the GPU's SM clock, power and temperature over the timing
+    (``gpu_clock``: ``sm_mhz``, ``sm_mhz_min``, ``power_w``, ``temp_c``) where NVML is readable.
     """
     extra = {}
+
+    def clocked(time_fn, *args):  # time_fn(*args), the GPU's clock over it into extra
+        with gpu_clock.sampling() as clock:
+            ms = time_fn(*args)
+        extra.update(clock.summary())
+        return ms
+
     if steps is not None:
         fn = steps[mode]
         fn()
-        return median_ms(fn), peak_mib_above_current(fn), extra
+        return clocked(median_ms, fn), peak_mib_above_current(fn), extra
     wrt = tuple(t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad)
     if mode == "fwd":
         fn = lambda: forward(*inputs)  # noqa: E731
@@ -345,16 +362,16 @@ def measure(forward, mode: str, inputs: tuple, g, steps=None):
         torch.cuda.synchronize()
         extra["retained_bytes"] = torch.cuda.memory_allocated() - before
         del y
-        return median_ms(fn), peak_mib_above_current(fn), extra
+        return clocked(median_ms, fn), peak_mib_above_current(fn), extra
     if mode == "fwd+bwd":
         fn = lambda: torch.autograd.grad(forward(*inputs), wrt, g)  # noqa: E731
         for _ in range(2):
             fn()
-        return median_ms(fn), peak_mib_above_current(fn), extra
+        return clocked(median_ms, fn), peak_mib_above_current(fn), extra
     # bwd: each timed backward has its own forward (a store mode's backward runs once per forward)
     forward_once = lambda: forward(*inputs)  # noqa: E731
     backward = lambda y: torch.autograd.grad(y, wrt, g)  # noqa: E731
-    ms = median_ms_each_after(forward_once, backward)
+    ms = clocked(median_ms_each_after, forward_once, backward)
     y = forward_once()
     return ms, peak_mib_above_current(lambda: backward(y)), extra
 
@@ -484,6 +501,8 @@ def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make
                             row = shape_rows[impl, mode] = Measurement(name, shape_dict, dtype_name, impl, mode,
                                                                        peak_mib=peak_mib, extra=extra)
                         row.extra.setdefault("ms_rounds", []).append(ms)
+                        row.extra.setdefault("clock_rounds", []).append(
+                            {key: extra.pop(key) for key in gpu_clock.KEYS if key in extra})
                     except Exception as exc:  # a peer failing must not lose the other figures
                         row = shape_rows.setdefault((impl, mode), Measurement(name, shape_dict, dtype_name, impl, mode))
                         row.note = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
@@ -491,6 +510,10 @@ def run_suite(name, shapes, shape_fields, dtype, impls, modes, make_inputs, make
                     bar.update()
                 del steps
         for row in shape_rows.values():
+            clocks = row.extra.pop("clock_rounds", [])
+            row.extra.update(gpu_clock.merge(clocks))
+            if rounds > 1 and any(clocks):
+                row.extra["sm_mhz_rounds"] = [c.get("sm_mhz") for c in clocks]
             times = row.extra.pop("ms_rounds", [])
             if times:
                 row.ms = statistics.median(times)
