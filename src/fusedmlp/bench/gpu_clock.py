@@ -1,7 +1,7 @@
 """The GPU's SM clock, board power and temperature while a benchmark times something.
 
 A large step's time follows the SM clock, and under sustained load an H100 or H200 sits at its
-board power cap with the clock 10-25% below its maximum, lower as the GPU warms
+board power cap with the clock 20-30% below its 1980 MHz maximum (measured here), lower as it warms
 (benchmarks/NOTES.md: "The linear forward at K = 512 under the power cap", "SwiGLU's separate
 weights against the packed weight"). Two impls timed minutes apart can then differ by more than
 their kernels do. ``sampling()`` records, in a background thread, what NVML reports every
@@ -20,7 +20,7 @@ import threading
 
 import torch
 
-INTERVAL_S = 0.02  # a sample every 20 ms: a 0.5 s timing gets ~25; the thread holds the GIL ~20 us a sample
+INTERVAL_S = 0.02  # a sample every 20 ms: a 0.5 s timing gets ~25 (NVML's calls release the GIL)
 KEYS = ("sm_mhz", "sm_mhz_min", "power_w", "temp_c")  # a summary's keys
 _NVML_CLOCK_SM = 1
 _NVML_TEMPERATURE_GPU = 0
