@@ -375,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "fused,fused_preact,eager,compile,compile_max,quack,gemm,fused_graph,fused_preact_graph,"
                             "eager_graph,compile_graph; "
                             "swiglu: fused,fused_recompute,eager,compile,compile_max,liger,quack,quack_recompute,gemm,"
-                            "fused_graph,eager_graph,compile_graph (with --packed no quack; "
+                            "fused_graph,fused_recompute_graph,eager_graph,compile_graph (with --packed no quack; "
                             "liger, quack: when liger_kernel, "
                             "quack-kernels are installed; quack runs the forward alone in geglu and linear_act); lora: fused,fused_in_loop,eager,compile,"
                             "compile_max,gemm,fused_graph,eager_graph,compile_graph (*_graph: the step replayed from a "

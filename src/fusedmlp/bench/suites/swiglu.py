@@ -16,6 +16,7 @@ Shapes are (tokens, d, hidden). Implementations, side by side in one run on one 
     gemm             the bare cuBLAS GEMMs: fwd 3 (gate, up, down), bwd 6, fwd+bwd 9
     fused_graph      fused captured in a CUDA graph and replayed (fwd and fwd+bwd;
                      harness.graph_steps): the kernels' time, no launch or Python time
+    fused_recompute_graph  fused_recompute captured the same way
     eager_graph      eager captured the same way
     compile_graph    compile captured the same way: fused_graph's peer where plain
                      calls are bound by host time
@@ -56,7 +57,7 @@ SHAPE_PRESETS = {
 }
 DEFAULT_SHAPES = SHAPE_PRESETS["default"]
 IMPLS = ("fused", "fused_recompute", "eager", "compile", "compile_max", "liger", "quack", "quack_recompute", "gemm",
-         "fused_graph", "eager_graph", "compile_graph")
+         "fused_graph", "fused_recompute_graph", "eager_graph", "compile_graph")
 PEERS = ("eager", "compile", "compile_max", "liger", "quack", "quack_recompute", "eager_graph", "compile_graph")
 MODES = ("fwd", "bwd", "fwd+bwd")
 
