@@ -197,6 +197,7 @@ def test_gpu_clock_sampler_summarises_what_it_read():
         with gpu_clock.sampling() as clock:
             pass
         assert clock.summary() == {} and gpu_clock.device_limits() == {}
+        assert harness.with_clock(lambda a, b: a + b, 1, 2) == (3, {})
 
 
 def test_run_suite_records_the_clock_of_each_measurement(monkeypatch):

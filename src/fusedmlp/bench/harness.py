@@ -328,6 +328,14 @@ def progress(total: int, desc: str):
 # --------------------------------------------------------------------------------------
 # Pieces of a suite: one measurement, the run loop, the summary table
 # --------------------------------------------------------------------------------------
+def with_clock(time_fn, *args):
+    """``(time_fn(*args), clock)``: ``clock`` the GPU's SM clock, power and temperature over the
+    call (``gpu_clock``'s summary; {} where NVML is not readable)."""
+    with gpu_clock.sampling() as clock:
+        result = time_fn(*args)
+    return result, clock.summary()
+
+
 def measure(forward, mode: str, inputs: tuple, g, steps=None):
     """(ms, peak MiB, extra) of ``forward(*inputs)`` in one mode, or of ``steps[mode]`` (a
     bare-GEMM floor: a callable) when ``steps`` is given.
@@ -342,9 +350,8 @@ def measure(forward, mode: str, inputs: tuple, g, steps=None):
     extra = {}
 
     def clocked(time_fn, *args):  # time_fn(*args), the GPU's clock over it into extra
-        with gpu_clock.sampling() as clock:
-            ms = time_fn(*args)
-        extra.update(clock.summary())
+        ms, clock = with_clock(time_fn, *args)
+        extra.update(clock)
         return ms
 
     if steps is not None:

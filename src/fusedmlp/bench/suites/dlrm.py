@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 
 from ..._cuda_graph import capture_cuda_graph
-from ..harness import Measurement, median_ms, peak_mib_above_current, progress
+from ..harness import Measurement, median_ms, peak_mib_above_current, progress, with_clock
 
 NAME = "dlrm"
 SHAPE_FIELDS = ("batch",)
@@ -116,9 +116,9 @@ def run_gpu(shapes, dtype, impls, modes, on_shape_done=None) -> list[Measurement
                     fn = steps[mode]
                     for _ in range(3):  # warm-up: compilation, autotuning, optimizer state
                         fn()
-                    row.ms = median_ms(fn)
+                    row.ms, clock = with_clock(median_ms, fn)
                     row.peak_mib = peak_mib_above_current(fn)
-                    row.extra = {"samples_per_s": batch / (row.ms * 1e-3)}
+                    row.extra = {"samples_per_s": batch / (row.ms * 1e-3), **clock}
                 except Exception as exc:
                     row.note = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                 rows.append(row)
