@@ -11,37 +11,18 @@ import sys
 from collections import defaultdict
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
-import fusedmlp
+from fusedmlp.bench.harness import profile_steps
+from packed_swiglu import packed_steps, training_step  # benchmarks/, the script's folder
 
 tokens, d, hidden = (int(a) for a in sys.argv[1:4]) if len(sys.argv) > 3 else (16384, 3072, 8192)
-dt = torch.bfloat16
-x = torch.randn(tokens, d, device="cuda", dtype=dt, requires_grad=True)
-w_gate_up = (torch.randn(2 * hidden, d, device="cuda") / d**0.5).to(dt).requires_grad_()
-w_down = (torch.randn(d, hidden, device="cuda") / hidden**0.5).to(dt).requires_grad_()
-w_gate, w_up = (half.detach().clone().requires_grad_() for half in (w_gate_up[:hidden], w_gate_up[hidden:]))
-g = torch.randn(tokens, d, device="cuda", dtype=dt)
-steps = {
-    "packed": (lambda: fusedmlp.swiglu_packed(x, w_gate_up, w_down), (x, w_gate_up, w_down)),
-    "separate": (lambda: fusedmlp.swiglu(x, w_gate, w_up, w_down), (x, w_gate, w_up, w_down)),
-}
+all_steps, g = packed_steps(tokens, d, hidden)
+steps = {name: all_steps[name] for name in ("packed", "separate")}
 print(f"{tokens} x {d} -> 2 x {hidden}, bf16, {torch.cuda.get_device_name()}, torch {torch.__version__}")
 totals = defaultdict(lambda: defaultdict(list))
 for round_ in range(3):
     for name, (forward, leaves) in steps.items():
-        def step():
-            for t in leaves:
-                t.grad = None
-            forward().backward(g)
-
-        for _ in range(10):
-            step()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(20):
-                step()
-            torch.cuda.synchronize()
+        prof = profile_steps(training_step(forward, leaves, g))
         kernels = defaultdict(float)
         for event in prof.events():
             if event.device_type == torch.autograd.DeviceType.CUDA:

@@ -10,9 +10,8 @@ steps add into the gradients), and prints the CUDA kernel table (times summed ov
 import sys
 
 import torch
-from torch.profiler import ProfilerActivity, profile
-
 import fusedmlp
+from fusedmlp.bench.harness import profile_steps
 from fusedmlp.ops.activations import activation_reference
 
 tokens, d, hidden = (int(a) for a in sys.argv[1:4]) if len(sys.argv) > 3 else (16384, 512, 1792)
@@ -34,12 +33,6 @@ for name, forward in (("fused", module), ("compile", compiled)):
     def step():
         forward(x).backward(g)
 
-    for _ in range(10):
-        step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(20):
-            step()
-        torch.cuda.synchronize()
+    prof = profile_steps(step)
     print(f"--- {name} (20 steps)")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=70))

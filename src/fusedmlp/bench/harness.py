@@ -181,6 +181,21 @@ def flushed_event_times_ms(fn, count: int, flush: torch.Tensor, setup=None) -> l
     return [a.elapsed_time(b) for a, b in pairs]
 
 
+def profile_steps(step, warmup: int = 10, count: int = 20):
+    """``torch.profiler``'s record of ``count`` calls of ``step`` (CUDA activity), after
+    ``warmup`` untimed ones. For the profile scripts of benchmarks/."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(count):
+            step()
+        torch.cuda.synchronize()
+    return prof
+
+
 def median_ms_each_after(setup, fn, warmup: int = 3, rep_ms: int = 500) -> float:
     """Median time in ms of ``fn(setup())``, CUDA-event-timed around ``fn`` alone: ``setup``
     runs untimed before each call. For a backward that runs once per forward (the store
