@@ -1,6 +1,9 @@
 """The compiled-launch cache (kernels/launch.py): its key, and on a GPU that cached launches
 give the same results as Triton's own path, for every specialisation they must tell apart."""
 
+import subprocess
+import sys
+
 import pytest
 import triton
 import triton.language as tl
@@ -242,6 +245,37 @@ def test_descriptor_kernel_first_on_a_new_thread():
         return y
 
     assert torch.equal(_on_new_thread(first_launch), expected)
+
+
+_CUBLAS_FIRST_BACKWARD = r"""
+import sys, torch, fusedmlp
+import fusedmlp.ops._common as common
+if sys.argv[1] == "unbound":  # the control: no context bound before the backward runs
+    common.bind_cuda_context = lambda: None
+torch.manual_seed(0)
+x = torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+weight = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16) / 32
+lora_a = (torch.randn(16, 1024, device="cuda", dtype=torch.bfloat16) / 32).requires_grad_()
+lora_b = (torch.randn(1024, 16, device="cuda", dtype=torch.bfloat16) / 4).requires_grad_()
+grad_y = torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16)
+fusedmlp.lora_linear(x, weight, None, lora_a, lora_b, 2.0).backward(grad_y)
+torch.cuda.synchronize()
+print("finite" if all(t.grad.isfinite().all() for t in (x, lora_a, lora_b)) else "not finite")
+"""
+
+
+@pytest.mark.gpu
+def test_backward_with_cublas_first_has_a_context_on_autograd_thread():
+    """A fused backward whose first CUDA work on autograd's thread is a cuBLAS call (LoRA's
+    d_xa), in a fresh process: no PyTorch warning "Attempting to run cuBLAS, but there was no
+    current CUDA context!" (ops/_common.py ``kernel_backward`` binds the context first). The
+    same run with the binding turned off must print it, so that this check can fail."""
+    runs = {mode: subprocess.run([sys.executable, "-c", _CUBLAS_FIRST_BACKWARD, mode], capture_output=True,
+                                 text=True, timeout=600) for mode in ("bound", "unbound")}
+    for mode, run in runs.items():
+        assert run.returncode == 0 and run.stdout.split()[-1:] == ["finite"], (mode, run.stdout, run.stderr[-2000:])
+    assert "no current CUDA context" in runs["unbound"].stderr
+    assert "no current CUDA context" not in runs["bound"].stderr, runs["bound"].stderr[-2000:]
 
 
 @pytest.mark.gpu

@@ -118,7 +118,9 @@ def bind_cuda_context() -> None:
     context to the calling thread; it does not wait for the stream. Not while the stream is
     being captured into a CUDA graph: a query there is illegal and invalidates the capture (a
     thread whose first launch came inside one got CUDA's capture error, not the op's result).
-    The capture check is a runtime call too; the query waits for a launch outside a capture."""
+    The capture check is a runtime call too; the query waits for a launch outside a capture.
+    Every launch here calls it, and so does every fused op's backward before its first CUDA
+    work (ops/_common.py ``kernel_backward``), which may be a cuBLAS call."""
     if not getattr(_THREAD_STATE, "bound", False):
         if torch.cuda.is_current_stream_capturing():
             return

@@ -10,10 +10,11 @@ import threading
 
 import torch
 import triton.language as tl
+from torch.autograd.function import once_differentiable
 
 from ..kernels import configs as _configs
 from ..kernels.configs import INTERPRET
-from ..kernels.launch import launch
+from ..kernels.launch import bind_cuda_context, launch
 from ..kernels.tuning_cache import TUNING_CACHE
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -541,6 +542,25 @@ BWD_CHUNK_BYTES = 256 * 2**20
 # spread (0.6-1.0% slower in interleaved runs); at d = 8192 16 chunks tied 10 (H100,
 # benchmarks/geglu_dh_chunks.py, benchmarks/NOTES.md).
 BWD_COLUMN_CHUNK_BYTES = 64 * 2**20
+
+
+def kernel_backward(backward):
+    """The decorator of the fused ops' autograd backwards (``backward(ctx, *grads)``, under
+    ``@staticmethod``): ``once_differentiable`` (the kernels' backward builds no graph, so a
+    second derivative is refused), and on a CUDA device the device's context made current on
+    the thread first (``bind_cuda_context``, once per thread). Autograd runs a GPU backward on
+    a thread of its own, where no context is current until a runtime call binds one; a
+    backward whose first CUDA work there is a cuBLAS call (LoRA's ``d_xa``) made PyTorch warn
+    "Attempting to run cuBLAS, but there was no current CUDA context!" once per process."""
+    inner = once_differentiable(backward)
+
+    @functools.wraps(backward)
+    def wrapper(ctx, *grads):
+        if any(isinstance(grad, torch.Tensor) and grad.is_cuda for grad in grads):
+            bind_cuda_context()
+        return inner(ctx, *grads)
+
+    return wrapper
 
 
 def reuse_saved_once(ctx, op: str, saved: bool, mode: str = "recompute=False",

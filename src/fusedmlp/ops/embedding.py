@@ -29,7 +29,7 @@ from ..kernels.embedding import (MERGED_ALL, MERGED_OWN_ONLY, MERGED_REST, OPTIM
                                  embedding_segment_update_kernel)
 from .._distributed import agreed_length, gather_padded, peer_gather, release, world_size
 from ..kernels.launch import launch
-from ._common import acc_dtypes, cdiv, check_tensor, next_power_of_2, use_triton
+from ._common import acc_dtypes, cdiv, check_tensor, kernel_backward, next_power_of_2, use_triton
 
 __all__ = ["SparseOptimizer", "embedding_lookup", "embedding_lookup_reference", "sparse_update_reference"]
 
@@ -421,7 +421,7 @@ class _LookupFunction(torch.autograd.Function):
         return out
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
+    @kernel_backward
     def backward(ctx, grad_out):
         (keys,) = ctx.saved_tensors
         optimizer, plan = ctx.optimizer, ctx.plan

@@ -48,7 +48,6 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from ..kernels.configs import (
     GLU_BWD_BLOCK_M,
@@ -95,6 +94,7 @@ from ._common import (
     FastestForm,
     gemms_on_cublas,
     grad_needed,
+    kernel_backward,
     launch_pingpong,
     num_sms,
     persistent_grid,
@@ -521,7 +521,7 @@ class _GEGLUFunction(torch.autograd.Function):
         return y
 
     @staticmethod
-    @once_differentiable  # the kernels' backward builds no graph: a second derivative is refused
+    @kernel_backward
     def backward(ctx, grad_y):
         x, weight, bias, h = ctx.saved_tensors
         in_place = reuse_saved_once(ctx, "fusedmlp.geglu", h is not None)

@@ -13,7 +13,6 @@ implementations and a registered autograd formula).
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from ..kernels.interaction import dot_interaction_bwd_kernel, dot_interaction_fwd_kernel
 from ..kernels.launch import launch
@@ -26,6 +25,7 @@ from ._common import (
     check_tensor,
     dot_meta,
     dot_width,
+    kernel_backward,
     next_power_of_2,
     use_triton,
 )
@@ -131,7 +131,7 @@ class _InteractionFunction(torch.autograd.Function):
         return _forward_impl(dense, embedded)
 
     @staticmethod
-    @once_differentiable  # the kernels' backward builds no graph: a second derivative is refused
+    @kernel_backward
     def backward(ctx, grad):
         dense, embedded = ctx.saved_tensors
         return _backward_impl(dense, embedded, grad)

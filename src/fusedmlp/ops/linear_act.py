@@ -41,7 +41,6 @@ import os
 from typing import Optional
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from ..kernels.configs import (
     LINEAR_CONFIGS,
@@ -83,6 +82,7 @@ from ._common import (
     FastestForm,
     gemms_on_cublas,
     grad_needed,
+    kernel_backward,
     launch_pingpong,
     num_sms,
     persistent_grid,
@@ -437,7 +437,7 @@ class _LinearActFunction(torch.autograd.Function):
         return y
 
     @staticmethod
-    @once_differentiable  # the kernels' backward builds no graph: a second derivative is refused
+    @kernel_backward
     def backward(ctx, grad_y):
         x, weight, bias, saved = ctx.saved_tensors
         # the saved pre-activation is this Function's own: its backward writes dpre over it

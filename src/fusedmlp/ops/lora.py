@@ -104,7 +104,6 @@ from typing import Optional
 
 import numpy as np
 import torch
-from torch.autograd.function import once_differentiable
 
 from ..kernels.configs import (
     DGRAD_PINGPONG_CONFIG,
@@ -147,6 +146,7 @@ from ._common import (
     fork_join,
     gemms_on_cublas,
     grad_needed,
+    kernel_backward,
     launch_pingpong,
     num_sms,
     persistent_grid,
@@ -706,7 +706,7 @@ class _LoRAFunction(torch.autograd.Function):
         return y
 
     @staticmethod
-    @once_differentiable  # the kernels' backward builds no graph: a second derivative is refused
+    @kernel_backward
     def backward(ctx, grad_y):
         x, weight, bias, lora_a, lora_b, x_lora, xs, saved, merged = ctx.saved_tensors
         grads = _backward(grad_y, x, weight, bias, lora_a, lora_b, x_lora, xs, saved, ctx.scale, ctx.act,

@@ -56,7 +56,6 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from .._cuda_graph import in_graph_capture_mode
 from ..kernels.configs import INTERPRET, MLP_DGRAD_CONFIGS, MLP_FWD_CONFIGS, Launcher
@@ -79,6 +78,7 @@ from ._common import (
     dot_width,
     gemms_on_cublas,
     grad_needed,
+    kernel_backward,
     next_power_of_2,
     num_sms,
     pingpong_device,
@@ -635,7 +635,7 @@ class _MLPFunction(torch.autograd.Function):
         return y
 
     @staticmethod
-    @once_differentiable  # the kernels' backward builds no graph: a second derivative is refused
+    @kernel_backward
     def backward(ctx, grad_y):
         x, y, x_wide, w0_wide, *rest = ctx.saved_tensors
         layers = len(rest) // 3
@@ -681,7 +681,7 @@ class _CublasStackFunction(torch.autograd.Function):
         return h
 
     @staticmethod
-    @once_differentiable  # the kernels' backward builds no graph: a second derivative is refused
+    @kernel_backward
     def backward(ctx, grad_y):
         layers, wanted = len(ctx.modes), ctx.needs_input_grad
         tensors = ctx.saved_tensors

@@ -67,13 +67,13 @@ its autograd registered; the backward calls ``fusedmlp::glu_backward_dh``.
 from __future__ import annotations
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from ..kernels.configs import DGRAD_PINGPONG_CONFIG, GLU_BWD_BLOCK_M
 from ..kernels.linear_act import dgrad_pingpong_kernel
 from ._common import (
     autocast_dtype, backward_row_chunks, call_autocast, check_bool, check_linear_inputs, check_same_dtype_device,
-    check_tensor, grad_needed, launch_pingpong, num_sms, pingpong_eligible, reuse_saved_once, scratch_matrix,
+    check_tensor, grad_needed, kernel_backward, launch_pingpong, num_sms, pingpong_eligible, reuse_saved_once,
+    scratch_matrix,
 )
 from .activations import activation_reference, check_activation
 from .glu import glu_backward_dh, glu_backward_dh_impl, glu_forward_impl
@@ -205,7 +205,7 @@ class _SwiGLUFunction(torch.autograd.Function):
         return y
 
     @staticmethod
-    @once_differentiable  # the kernels' backward builds no graph: a second derivative is refused
+    @kernel_backward
     def backward(ctx, grad_y):
         x, w_gate, w_up, w_down, h = ctx.saved_tensors
         in_place = reuse_saved_once(ctx, "fusedmlp.swiglu", h is not None)
@@ -227,7 +227,7 @@ class _PackedSwiGLUFunction(torch.autograd.Function):
         return y
 
     @staticmethod
-    @once_differentiable
+    @kernel_backward
     def backward(ctx, grad_y):
         x, w_gate_up, w_down, h = ctx.saved_tensors
         in_place = reuse_saved_once(ctx, "fusedmlp.swiglu_packed", h is not None)
