@@ -1,6 +1,6 @@
-"""SwiGLU's store-mode dh kernel at a short K: what bounds it, and h copied in one tile ahead.
+"""SwiGLU's store-mode dh kernel at a short K: what bounds it, h copied in one tile ahead, z's buffer freed.
 
-    python benchmarks/glu_dh_prefetch_probe.py [D,D...]     (writes $OUT/glu_dh_prefetch_probe.json)
+    python benchmarks/glu_dh_prefetch_probe.py [D,D... [VARIANT ...]]     (writes $OUT/glu_dh_prefetch_probe.json)
 
 A copy of the library's alternating ping-pong dh kernel (``glu_bwd_dh_pingpong_kernel``: g =
 gy @ Wd on 128 x 64 tiles, h read, dh and z written) with a MODE:
@@ -11,10 +11,14 @@ gy @ Wd on 128 x 64 tiles, h read, dh and z written) with a MODE:
 - 3: h copied one tile ahead: each consumer has two pairs of h buffers and, once its main loop
   is done and its previous tile's stores have read their buffers, starts the copy of its next
   tile's h into the other pair, so the copy has a whole epilogue and main loop to arrive.
+- 4: two buffers per consumer: z kept in registers (16-bit) while dh1 and dh2 go out, then
+  written over dh1's buffer once dh1's store has read it, which frees z's buffer for a sixth
+  ring stage.
 Z_GLOBAL: z stored from registers (plain stores in the accumulator's layout) instead of
 through a shared buffer, which frees the buffer for ring stages. Every variant runs at
 16384 tokens with its shared memory within 227 KB; variants that write everything are checked
-against the library's dh and z first (max abs difference). Times: CUDA graphs, us.
+against the library's dh and z first (max abs difference). Times: CUDA graphs, us. Arguments:
+only the shapes of the named d's, and only the named variants.
 """
 import sys
 
@@ -60,6 +64,18 @@ def dh_epilogue(g, x1_buf, x2_buf, z_buf, z_ptr, stride_zm, row_start, col_start
 
 
 @gluon.jit
+def dh_rows_late_z(g_rows, x1_rows, x2_rows, row_layout: gl.constexpr, ACT: gl.constexpr):
+    """One row half of the epilogue with dh1 and dh2 written over x1 and x2 and z returned
+    (16-bit, in registers) for MODE 4."""
+    x1 = x1_rows.load(row_layout).to(gl.float32)
+    x2 = x2_rows.load(row_layout).to(gl.float32)
+    act_x2, act_grad_x2 = activation_value_and_grad(x2, ACT)
+    x1_rows.store((g_rows * act_x2).to(x1_rows.dtype))
+    x2_rows.store((g_rows * x1 * act_grad_x2).to(x2_rows.dtype))
+    return (x1 * act_x2).to(x1_rows.dtype)
+
+
+@gluon.jit
 def probe_consumer(h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, z_ptr, stride_zm,
                    a_bufs, b_bufs, c_bufs, ready, empty, turn, h_ready, M, N, K,
                    CONSUMER: gl.constexpr, ACT: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
@@ -96,6 +112,28 @@ def probe_consumer(h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, z_ptr, stride_z
                 _tma_load(h1_desc, [next_row, next_col], next_bar, c_bufs.index(base + 2 * (1 - pair)))
                 _tma_load(h2_desc, [next_row, next_col], next_bar, c_bufs.index(base + 2 * (1 - pair) + 1))
             mbarrier.wait(h_ready.index(2 * CONSUMER + pair), (i // 4) & 1)
+        elif MODE == 4:  # two buffers; z in registers until dh1's store has left its buffer
+            x1_buf = c_bufs.index(base)
+            x2_buf = c_bufs.index(base + 1)
+            tma.store_wait(0)
+            mbarrier.expect(h_ready.index(2 * CONSUMER), h_bytes)
+            _tma_load(h1_desc, [row_start, col_start], h_ready.index(2 * CONSUMER), x1_buf)
+            _tma_load(h2_desc, [row_start, col_start], h_ready.index(2 * CONSUMER), x2_buf)
+            g = pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, True,
+                                  acc_layout, False)
+            mbarrier.wait(h_ready.index(2 * CONSUMER), (i // 2) & 1)
+            ROWS: gl.constexpr = BLOCK_M // 2
+            g_rows = split_row_halves(g, acc_layout)
+            z_top = dh_rows_late_z(g_rows[0], x1_buf.slice(0, ROWS), x2_buf.slice(0, ROWS), acc_layout, ACT)
+            z_bottom = dh_rows_late_z(g_rows[1], x1_buf.slice(ROWS, ROWS), x2_buf.slice(ROWS, ROWS), acc_layout, ACT)
+            fence_async_shared()
+            _tma_store(dh1_desc, [row_start, col_start], x1_buf)
+            _tma_store(dh2_desc, [row_start, col_start], x2_buf)
+            tma.store_wait(1)  # dh1 has left x1_buf
+            x1_buf.slice(0, ROWS).store(z_top)
+            x1_buf.slice(ROWS, ROWS).store(z_bottom)
+            fence_async_shared()
+            _tma_store(z_desc, [row_start, col_start], x1_buf)
         else:
             x1_buf = c_bufs.index(base)
             x2_buf = c_bufs.index(base + 1)
@@ -109,9 +147,10 @@ def probe_consumer(h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, z_ptr, stride_z
                                   acc_layout, False)
             if MODE != 1:
                 mbarrier.wait(h_ready.index(2 * CONSUMER), (i // 2) & 1)
-        dh_epilogue(g, x1_buf, x2_buf, z_buf, z_ptr, stride_zm, row_start, col_start, M, N, ACT, Z_GLOBAL)
-        fence_async_shared()
-        if MODE != 2:
+        if MODE != 4:
+            dh_epilogue(g, x1_buf, x2_buf, z_buf, z_ptr, stride_zm, row_start, col_start, M, N, ACT, Z_GLOBAL)
+            fence_async_shared()
+        if MODE != 2 and MODE != 4:
             _tma_store(dh1_desc, [row_start, col_start], x1_buf)
             _tma_store(dh2_desc, [row_start, col_start], x2_buf)
             if not Z_GLOBAL:
@@ -149,10 +188,14 @@ VARIANTS = {
     "m3_ahead_s5k32": (3, False, 5, 5, 32),
     "m3_ahead_zglobal_s4": (3, True, 4, 4, 64),
     "m3_ahead_zglobal_s8k32": (3, True, 4, 8, 32),
+    "m4_late_z_s5": (4, False, 2, 5, 64),
+    "m4_late_z_s6": (4, False, 2, 6, 64),
 }
 SHAPES = [(16384, 512, 1792), (16384, 1024, 2816), (16384, 2048, 5632)]
 if len(sys.argv) > 1:
     SHAPES = [s for s in SHAPES if str(s[1]) in sys.argv[1].split(",")]
+if len(sys.argv) > 2:
+    VARIANTS = {name: v for name, v in VARIANTS.items() if name in sys.argv[2:]}
 
 
 def probe_dh(gy, w_down, h, variant):
@@ -183,7 +226,7 @@ if __name__ == "__main__":
         ref_dh, _, ref_z = lib()
         for name, variant in VARIANTS.items():
             dh, z = probe_dh(gy, w_down, h, variant)
-            if variant[0] in (0, 3):
+            if variant[0] in (0, 3, 4):
                 r[name + "_maxdiff"] = max((dh.float() - ref_dh.float()).abs().max().item(),
                                            (z.float() - ref_z.float()).abs().max().item())
             r[name] = graph_us(lambda: probe_dh(gy, w_down, h, variant))
