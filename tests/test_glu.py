@@ -402,8 +402,9 @@ def test_pingpong_kernel_compiles_for_hopper():
     """The Gluon ping-pong GLU forward compiles for sm_90a with the installed Triton (GEGLU's
     and SwiGLU's activations, h stored and not; its cooperative forms too), and so do the backward's dh kernels: h
     recomputed on the tile (with a bias and without), and h kept with g formed on the tile (z stored and not), on
-    128 x 64 tiles and on 128 x 128 with the epilogue in halves (with silu, SwiGLU's, no stack at all: the halves'
-    row halves keep a thread's live values under its registers; gelu_tanh without z has 64 bytes on Triton 3.9).
+    128 x 64 tiles with three consumers taking turns and on 128 x 128 with the epilogue in halves (with silu,
+    SwiGLU's, no stack at all: the halves' row halves keep a thread's live values under its registers; gelu_tanh
+    without z has 64 bytes on Triton 3.9).
 
     The recompute dh kernel's epilogue order keeps ptxas's stack small with GEGLU's activation
     (benchmarks/NOTES.md, "Spills in the epilogues": at most 24 bytes with Triton 3.6 and 0 with 3.9, where the
@@ -420,7 +421,8 @@ def test_pingpong_kernel_compiles_for_hopper():
                                 ["gelu_tanh", "silu"], max_stack=24)
     compile_pingpong_for_hopper("glu", "glu_bwd_dh_recompute_pingpong_kernel", "GLU_DH_RECOMPUTE_PINGPONG_CONFIG",
                                 [a for a in ACTIVATIONS if a not in ("gelu_tanh", "silu")])
-    compile_pingpong_for_hopper("glu", "glu_bwd_dh_pingpong_kernel", "GLU_DH_PINGPONG_CONFIG", ["silu", "gelu_tanh"])
+    for activations in (["silu", "gelu_tanh"], ["gelu_tanh", "silu"]):  # each with z stored and not
+        compile_pingpong_for_hopper("glu", "glu_bwd_dh_rotating_kernel", "GLU_DH_ROTATING_CONFIG", activations)
     for activations in (["silu", "gelu_tanh"], ["gelu_tanh", "silu"]):  # each with z stored and not
         facts = compile_pingpong_for_hopper("glu", "glu_bwd_dh_wide_pingpong_kernel", "GLU_DH_WIDE_PINGPONG_CONFIG",
                                             activations)

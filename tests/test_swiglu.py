@@ -230,7 +230,7 @@ def test_pingpong_backward_on_gpu(monkeypatch, dtype, wide, activation):
     kernels = recording_pingpong_launches(monkeypatch)
     if wide:
         monkeypatch.setattr(glu_ops, "GLU_DH_PINGPONG_MAX_K", 0)
-    dh_kernel = glu_ops.glu_bwd_dh_wide_pingpong_kernel if wide else glu_ops.glu_bwd_dh_pingpong_kernel
+    dh_kernel = glu_ops.glu_bwd_dh_wide_pingpong_kernel if wide else glu_ops.glu_bwd_dh_rotating_kernel
     rows, dim, hidden = 1000, 200, 392
     gy, x, w_gate, w_up = (torch.randn(*shape, dtype=torch.float64) for shape in
                            [(rows, dim), (rows, dim), (hidden, dim), (hidden, dim)])

@@ -326,15 +326,17 @@ GLU_COOPERATIVE_MIN_K = 2048
 # 1.046x (1.057x), slower at 4096 -> 14336 (1.076x against 1.034x); LoRA at K = 4096, r = 16,
 # 1.075-1.097x (the Triton kernel 1.093-1.111x).
 GLU_WIDE_COOPERATIVE_CONFIG = dict(GLU_COOPERATIVE_CONFIG, BLOCK_M=64, BLOCK_N=128)
-# The backward's dh with g = gy @ Wd on the tile (SwiGLU with h kept): each consumer holds g
-# in registers and has three [BLOCK_M, BLOCK_N] buffers (x1 and x2 in, dh1, dh2 and z out), so
-# 128 x 64 tiles and 5 stages fill the shared memory. At d = 512 and 1024 (the main loop short,
-# the epilogue's traffic the bound) it beat cuBLAS's g plus the stream by 21% / 6% on an H200;
-# 5 stages beat 4 and 3, and the row-major tile order (GROUP_M 1) beat 8 there
-# (benchmarks/NOTES.md, "SwiGLU's dh with g on the tile"). GLU_DH_PINGPONG_MAX_K: beyond it the
-# 128 x 128 kernel below.
-GLU_DH_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "STAGES": 5, "GROUP_M": 1,
-                          "CONSUMER_REGS": 232, "LOADER_REGS": 40, "num_warps": 4, "maxnreg": 168}
+# The backward's dh with g = gy @ Wd on the tile (SwiGLU with h kept), up to a K of
+# GLU_DH_PINGPONG_MAX_K (beyond it the 128 x 128 kernel below): 128 x 64 tiles, 5 stages, the
+# row-major tile order (GROUP_M 1). With two consumers and three buffers each (x1 and x2 in, dh1,
+# dh2 and z out) it beat cuBLAS's g plus the stream by 21% / 6% at d = 512 / 1024 on an H200; 5
+# stages beat 4 and 3, GROUP_M 1 beat 8 (benchmarks/NOTES.md, "SwiGLU's dh with g on the tile").
+# Three consumers taking turns with two buffers each (glu_bwd_dh_rotating_kernel, z out over dh1's
+# buffer) took 0.91-0.96x its time at d = 512 (H200; "The dh kernel at d = 512: what bounds it").
+# 16 warps, so at most 128 registers a thread at launch; the consumers then take 160 (ptxas: up to
+# 24 bytes of stack) and the loader 24.
+GLU_DH_ROTATING_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "STAGES": 5, "GROUP_M": 1,
+                          "CONSUMER_REGS": 160, "LOADER_REGS": 24, "num_warps": 4, "maxnreg": 128}
 GLU_DH_PINGPONG_MAX_K = 512
 # Beyond GLU_DH_PINGPONG_MAX_K: 128 x 128 tiles of g (a third fewer L2 reads per output than
 # 128 x 64) with the same three [128, 64] buffers per consumer, the epilogue in two column

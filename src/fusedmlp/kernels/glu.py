@@ -26,7 +26,7 @@ remaining products (``dW = dh.T @ x``, ``dx = dh @ [W1; W2]``) are plain GEMMs d
 host. Partial db sums are reduced on the host in a fixed order: no atomics, so db has the
 same bits on every run. With h stored (the store mode), the work is a pure stream over g
 and h, and ``glu_bwd_stream_kernel`` does it, in place when the caller allows; with h stored
-and g = gy @ Wd, ``glu_bwd_dh_pingpong_kernel`` (Hopper) forms g on the tile and reads h
+and g = gy @ Wd, ``glu_bwd_dh_rotating_kernel`` (Hopper) forms g on the tile and reads h
 there, so g never reaches memory (``glu_bwd_dh_wide_pingpong_kernel``: the same on tiles
 twice as wide, for a long KG).
 
@@ -47,8 +47,8 @@ from triton.experimental.gluon import language as gl
 from .activations import activation, activation_value_and_grad
 from .gemm import persistent_tile, stream_row_block, tile_indices, xwT_mainloop, xwT_mainloop_tma
 from .pingpong import (
-    consumer_barriers, pingpong_consumer, pingpong_glu_dh_consumer, pingpong_glu_dh_wide_consumer, pingpong_loader,
-    pingpong_setup,
+    consumer_barriers, pingpong_consumer, pingpong_glu_dh_recompute_consumer, pingpong_glu_dh_wide_consumer,
+    pingpong_loader, pingpong_setup, rotating_glu_dh_consumer, rotation_barriers,
 )
 
 
@@ -292,31 +292,41 @@ def glu_fwd_pingpong_kernel(
 
 
 @gluon.jit
-def glu_bwd_dh_pingpong_kernel(
+def glu_bwd_dh_rotating_kernel(
     gy_desc, wd_desc, h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc,
     M, OUT, KG,
     ACT: gl.constexpr, STORE_Z: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: GLU_DH_PINGPONG_CONFIG
+    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: GLU_DH_ROTATING_CONFIG
 ):
     """The backward's dh with h kept and g = gy @ Wd formed on the tile (SwiGLU: the down
-    projection's input gradient), as a ping-pong kernel (pingpong.py): g never reaches memory.
-    ``gy [M, KG]``; ``Wd [KG, OUT]``, row-major, so that its ``[BLOCK_K, BLOCK_N]`` tiles are
-    the MMA's right operand as loaded; h1 / h2 / dh1 / dh2 describe the halves of h and dh
-    ([M, 2*OUT]), z ``[M, OUT]``. dh may be h itself: each tile's h is read before its outputs
-    are written. No bias (SwiGLU has none); 16-bit data."""
-    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(gy_desc, wd_desc, dh1_desc, STAGES, False, 3, False)
-    h_ready = consumer_barriers()
-    # no bias: the consumers' bias and db-partial arguments are unused (dh1_desc stands in)
+    projection's input gradient), g never reaching memory: ``gy [M, KG]``; ``Wd [KG, OUT]``,
+    row-major, so that its ``[BLOCK_K, BLOCK_N]`` tiles are the MMA's right operand as loaded;
+    h1 / h2 / dh1 / dh2 describe the halves of h and dh ([M, 2*OUT]), z ``[M, OUT]``. dh may be
+    h itself: each tile's h is read before its outputs are written. No bias (SwiGLU has none);
+    16-bit data.
+
+    Three consumers take turns over the tiles (``rotating_glu_dh_consumer``) where the
+    ping-pong kernels have two: at a short KG (up to ``GLU_DH_PINGPONG_MAX_K``) a tile's main
+    loop is short against its epilogue's chain (h's copy, the epilogue, the stores), so two
+    epilogues run under each main loop. Two ``[BLOCK_M, BLOCK_N]`` buffers per consumer (z goes
+    out over dh1's) keep the ring at 5 stages. Against two consumers with three buffers each
+    (H200, 16384 x 512 -> 1792, CUDA graphs): 111.9 against 118.5 us, 428.3 against 472.9 at
+    65536 tokens (benchmarks/NOTES.md, "The dh kernel at d = 512: what bounds it")."""
+    CONSUMERS: gl.constexpr = 3
+    # pingpong_setup's 2 * OUT_BUFS output buffers: two per consumer
+    a_bufs, b_bufs, c_bufs, ready, empty, _ = pingpong_setup(gy_desc, wd_desc, dh1_desc, STAGES, False, CONSUMERS,
+                                                             False)
+    turn, h_ready = rotation_barriers(CONSUMERS)
     gl.warp_specialize([
-        (pingpong_glu_dh_consumer, (h1_desc, h2_desc, dh1_desc, dh1_desc, dh1_desc, dh2_desc, z_desc, dh1_desc,
-                                    a_bufs, b_bufs, c_bufs, ready, empty, turn, h_ready, M, OUT, KG,
-                                    0, ACT, False, False, STORE_Z, GROUP_M, STAGES)),
-        (pingpong_glu_dh_consumer, (h1_desc, h2_desc, dh1_desc, dh1_desc, dh1_desc, dh2_desc, z_desc, dh1_desc,
-                                    a_bufs, b_bufs, c_bufs, ready, empty, turn, h_ready, M, OUT, KG,
-                                    1, ACT, False, False, STORE_Z, GROUP_M, STAGES)),
+        (rotating_glu_dh_consumer, (h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, a_bufs, b_bufs, c_bufs, ready, empty,
+                                    turn, h_ready, M, OUT, KG, 0, CONSUMERS, ACT, STORE_Z, GROUP_M, STAGES)),
+        (rotating_glu_dh_consumer, (h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, a_bufs, b_bufs, c_bufs, ready, empty,
+                                    turn, h_ready, M, OUT, KG, 1, CONSUMERS, ACT, STORE_Z, GROUP_M, STAGES)),
+        (rotating_glu_dh_consumer, (h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, a_bufs, b_bufs, c_bufs, ready, empty,
+                                    turn, h_ready, M, OUT, KG, 2, CONSUMERS, ACT, STORE_Z, GROUP_M, STAGES)),
         (pingpong_loader, (gy_desc, wd_desc, wd_desc, a_bufs, b_bufs, ready, empty, M, OUT, KG, GROUP_M, STAGES,
                            False, True, gy_desc, wd_desc, 0)),
-    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+    ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS])
 
 
 @gluon.jit
@@ -326,10 +336,11 @@ def glu_bwd_dh_wide_pingpong_kernel(
     ACT: gl.constexpr, STORE_Z: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: GLU_DH_WIDE_PINGPONG_CONFIG
 ):
-    """``glu_bwd_dh_pingpong_kernel`` on tiles of g twice as wide as h's and dh's descriptor
-    blocks (``[BLOCK_K, 2 * HALF_N]`` tiles of Wd, ``[BLOCK_M, HALF_N]`` of h, dh and z), the
-    epilogue in two column halves (``pingpong_glu_dh_wide_consumer``): for a long KG, where
-    the narrow tiles' main loop reads too much from L2 to keep up with cuBLAS."""
+    """``glu_bwd_dh_rotating_kernel``'s work with two consumers alternating on tiles of g twice
+    as wide as h's and dh's descriptor blocks (``[BLOCK_K, 2 * HALF_N]`` tiles of Wd,
+    ``[BLOCK_M, HALF_N]`` of h, dh and z), the epilogue in two column halves
+    (``pingpong_glu_dh_wide_consumer``): for a long KG, where the narrow tiles' main loop reads
+    too much from L2 to keep up with cuBLAS."""
     a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(gy_desc, wd_desc, dh1_desc, STAGES, False, 3, False)
     h_ready = consumer_barriers()
     gl.warp_specialize([
@@ -358,12 +369,12 @@ def glu_bwd_dh_recompute_pingpong_kernel(
     a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(x_desc, w1_desc, dh1_desc, STAGES, True, 2, False)
     g_ready = consumer_barriers()
     gl.warp_specialize([
-        (pingpong_glu_dh_consumer, (g_desc, g_desc, b1_ptr, b2_ptr, dh1_desc, dh2_desc, dh1_desc, db_partial_ptr,
-                                    a_bufs, b_bufs, c_bufs, ready, empty, turn, g_ready, M, OUT, K,
-                                    0, ACT, True, HAS_BIAS, False, GROUP_M, STAGES)),
-        (pingpong_glu_dh_consumer, (g_desc, g_desc, b1_ptr, b2_ptr, dh1_desc, dh2_desc, dh1_desc, db_partial_ptr,
-                                    a_bufs, b_bufs, c_bufs, ready, empty, turn, g_ready, M, OUT, K,
-                                    1, ACT, True, HAS_BIAS, False, GROUP_M, STAGES)),
+        (pingpong_glu_dh_recompute_consumer, (g_desc, b1_ptr, b2_ptr, dh1_desc, dh2_desc, db_partial_ptr,
+                                              a_bufs, b_bufs, c_bufs, ready, empty, turn, g_ready, M, OUT, K,
+                                              0, ACT, HAS_BIAS, GROUP_M, STAGES)),
+        (pingpong_glu_dh_recompute_consumer, (g_desc, b1_ptr, b2_ptr, dh1_desc, dh2_desc, db_partial_ptr,
+                                              a_bufs, b_bufs, c_bufs, ready, empty, turn, g_ready, M, OUT, K,
+                                              1, ACT, HAS_BIAS, GROUP_M, STAGES)),
         (pingpong_loader, (x_desc, w1_desc, w2_desc, a_bufs, b_bufs, ready, empty, M, OUT, K, GROUP_M,
                            STAGES, True, False, x_desc, w1_desc, 0)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])

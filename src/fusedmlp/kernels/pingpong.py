@@ -50,12 +50,13 @@ beside x @ W.T, and ``lora_fwd_handoff_kernel`` its own around ``ring_mma_steps`
 loop's body), ``glu_fwd_pingpong_kernel`` (glu.py:
 y = x1 * act(x2)) and ``dgrad_pingpong_kernel`` (linear_act.py: an input gradient
 dx = a @ W + tail_a @ tail_W, the weights read as ``[K, N]`` tiles, the second product as tail
-steps: LoRA's and SwiGLU's backward); ``pingpong_glu_dh_consumer``
-the GLU backward's dh, with h recomputed on the tile (``glu_bwd_dh_recompute_pingpong_kernel``,
-only x saved) or with h kept and g = gy @ Wd formed on the tile
-(``glu_bwd_dh_pingpong_kernel``, SwiGLU), and ``pingpong_glu_dh_wide_consumer`` the latter on
-tiles of g twice as wide as its buffers, the epilogue in column halves
-(``glu_bwd_dh_wide_pingpong_kernel``); ``pingpong_dpre_consumer`` the linear layer's
+steps: LoRA's and SwiGLU's backward); ``pingpong_glu_dh_recompute_consumer``
+the GLU backward's dh with h recomputed on the tile (``glu_bwd_dh_recompute_pingpong_kernel``,
+only x saved); ``pingpong_glu_dh_wide_consumer`` the same with h kept and g = gy @ Wd formed
+on tiles of g twice as wide as its buffers, the epilogue in column halves
+(``glu_bwd_dh_wide_pingpong_kernel``, SwiGLU at a long K), and ``rotating_glu_dh_consumer``
+the latter on narrow tiles with three consumers taking turns instead of two
+(``glu_bwd_dh_rotating_kernel``, a short K); ``pingpong_dpre_consumer`` the linear layer's
 backward dpre with the pre-activation recomputed on the tile
 (``linear_act_dpre_recompute_pingpong_kernel``, only x saved).
 Only for CUDA GPUs of compute capability 9.0 and 16-bit inputs (ops/_common.py
@@ -356,93 +357,69 @@ def pingpong_consumer(
 
 
 @gluon.jit
-def pingpong_glu_dh_consumer(
-    in1_desc, in2_desc, b1_ptr, b2_ptr, dh1_desc, dh2_desc, z_desc, db_partial_ptr,
-    a_bufs, b_bufs, c_bufs, ready, empty, turn, in_ready,
+def pingpong_glu_dh_recompute_consumer(
+    g_desc, b1_ptr, b2_ptr, dh1_desc, dh2_desc, db_partial_ptr,
+    a_bufs, b_bufs, c_bufs, ready, empty, turn, g_ready,
     M, N, K,
-    CONSUMER: gl.constexpr, ACT: gl.constexpr, RECOMPUTE: gl.constexpr, HAS_BIAS: gl.constexpr,
-    STORE_Z: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+    CONSUMER: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr,
+    STAGES: gl.constexpr,
 ):
-    """Consumer warpgroup ``CONSUMER`` of a GLU's backward dh: for every second tile, with
-    h = [x1 | x2] and g = dL/dy,
+    """Consumer warpgroup ``CONSUMER`` of a GLU's backward dh with only x saved: for every
+    second tile the main loop recomputes x1 and x2 (PAIRED: x @ [W1 | W2].T, plus the biases)
+    and, with g = dL/dy read (``g_desc``),
 
-        dh1 = g * act(x2),   dh2 = g * x1 * act'(x2),   z = x1 * act(x2)  (if STORE_Z)
+        dh1 = g * act(x2),   dh2 = g * x1 * act'(x2)
 
     and, if HAS_BIAS, the tile's column sums of dh1 and dh2 (from the unrounded fp32 values)
     into row ``row_start // BLOCK_M`` of ``db_partial`` ([row blocks, 2 * N] fp32).
 
-    - RECOMPUTE (only x was saved): the main loop recomputes x1 and x2 (PAIRED: x @ [W1 | W2].T,
-      plus the biases) and g is read (``in1_desc``);
-    - otherwise (h kept): the main loop forms g = gy @ Wd (``W_KN``) and h is read (``in1_desc``
-      and ``in2_desc``, its halves).
-
-    What is read is copied (TMA) into this consumer's first ``c_bufs`` (of ``OUT_BUFS *
-    CONSUMER ...``, ``OUT_BUFS`` = 2, or 3 with STORE_Z) before its main loop, which hides
-    its latency; after it, each thread reads its elements, writes dh1 and dh2 over them (the
-    same elements: no thread waits for another) and z into the third buffer, and the outputs
-    go out by TMA. So dh may be written over what was read (h, or g).
+    g is copied (TMA) into this consumer's first buffer (``c_bufs[2 * CONSUMER]``) before its
+    main loop, which hides its latency; after it, each thread reads its elements, writes dh1
+    over them (the same elements: no thread waits for another) and dh2 into the second
+    buffer, and both go out by TMA. So dh1 may be written over g.
     """
     BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
     BLOCK_K: gl.constexpr = a_bufs.type.shape[2]
     BLOCK_N: gl.constexpr = dh1_desc.block_type.shape[1]
-    OUT_BUFS: gl.constexpr = c_bufs.type.shape[0] // 2
     acc_layout: gl.constexpr = accumulator_layout(BLOCK_N)
-    dh1_buf = c_bufs.index(OUT_BUFS * CONSUMER)
-    dh2_buf = c_bufs.index(OUT_BUFS * CONSUMER + 1)
-    bar = in_ready.index(CONSUMER)
+    dh1_buf = c_bufs.index(2 * CONSUMER)
+    dh2_buf = c_bufs.index(2 * CONSUMER + 1)
+    bar = g_ready.index(CONSUMER)
     k_tiles = gl.cdiv(K, BLOCK_K)
     for i in range(CONSUMER, program_tiles(M, N, BLOCK_M, BLOCK_N), 2):
         row_start, col_start = tile_start(i, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         tma.store_wait(0)  # the previous tile's stores have read the buffers
-        if RECOMPUTE:
-            mbarrier.expect(bar, in1_desc.block_type.nbytes)
-            _tma_load(in1_desc, [row_start, col_start], bar, dh1_buf)
-            x1, x2 = split_column_halves(
-                pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, False,
-                                  accumulator_layout(2 * BLOCK_N), False),
-                acc_layout)
-            # The orders with the fewest spills from ptxas (sm_90a; benchmarks/NOTES.md, "Spills
-            # in the epilogues"): the biases loaded after the main loop (loaded before it, their
-            # registers stay live through it), and x1 * act'(x2) formed before g arrives with a
-            # bias, g * x1 first without one: 16 and 0 bytes of stack where the previous order
-            # had 72 and 200; others tried had up to 240.
-            if HAS_BIAS:
-                x1 = x1 + tile_bias(b1_ptr, col_start, N, BLOCK_N, acc_layout)
-                x2 = x2 + tile_bias(b2_ptr, col_start, N, BLOCK_N, acc_layout)
-                act_x2, act_grad_x2 = activation_value_and_grad(x2, ACT)
-                x1_act_grad = x1 * act_grad_x2
-                mbarrier.wait(bar, (i // 2) & 1)
-                g = dh1_buf.load(acc_layout).to(gl.float32)
-                dh2 = g * x1_act_grad
-            else:
-                mbarrier.wait(bar, (i // 2) & 1)
-                g = dh1_buf.load(acc_layout).to(gl.float32)
-                g_x1 = g * x1
-                act_x2, act_grad_x2 = activation_value_and_grad(x2, ACT)
-                dh2 = g_x1 * act_grad_x2
-        else:
-            mbarrier.expect(bar, 2 * in1_desc.block_type.nbytes)
-            _tma_load(in1_desc, [row_start, col_start], bar, dh1_buf)
-            _tma_load(in2_desc, [row_start, col_start], bar, dh2_buf)
-            g = pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, True, acc_layout,
-                                  False)
-            mbarrier.wait(bar, (i // 2) & 1)
-            x1 = dh1_buf.load(acc_layout).to(gl.float32)
-            x2 = dh2_buf.load(acc_layout).to(gl.float32)
-            # here act and g * x1 * act' after the loads (x1 * act' first spilled 0.9 KB with silu)
+        mbarrier.expect(bar, g_desc.block_type.nbytes)
+        _tma_load(g_desc, [row_start, col_start], bar, dh1_buf)
+        x1, x2 = split_column_halves(
+            pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, False,
+                              accumulator_layout(2 * BLOCK_N), False),
+            acc_layout)
+        # The orders with the fewest spills from ptxas (sm_90a; benchmarks/NOTES.md, "Spills
+        # in the epilogues"): the biases loaded after the main loop (loaded before it, their
+        # registers stay live through it), and x1 * act'(x2) formed before g arrives with a
+        # bias, g * x1 first without one: 16 and 0 bytes of stack where the previous order
+        # had 72 and 200; others tried had up to 240.
+        if HAS_BIAS:
+            x1 = x1 + tile_bias(b1_ptr, col_start, N, BLOCK_N, acc_layout)
+            x2 = x2 + tile_bias(b2_ptr, col_start, N, BLOCK_N, acc_layout)
             act_x2, act_grad_x2 = activation_value_and_grad(x2, ACT)
+            x1_act_grad = x1 * act_grad_x2
+            mbarrier.wait(bar, (i // 2) & 1)
+            g = dh1_buf.load(acc_layout).to(gl.float32)
+            dh2 = g * x1_act_grad
+        else:
+            mbarrier.wait(bar, (i // 2) & 1)
+            g = dh1_buf.load(acc_layout).to(gl.float32)
+            g_x1 = g * x1
+            act_x2, act_grad_x2 = activation_value_and_grad(x2, ACT)
+            dh2 = g_x1 * act_grad_x2
         dh1 = g * act_x2
-        if not RECOMPUTE:
-            dh2 = g * x1 * act_grad_x2
         dh1_buf.store(dh1.to(dh1_desc.dtype))
         dh2_buf.store(dh2.to(dh2_desc.dtype))
-        if STORE_Z:
-            c_bufs.index(OUT_BUFS * CONSUMER + 2).store((x1 * act_x2).to(z_desc.dtype))
         fence_async_shared()
         _tma_store(dh1_desc, [row_start, col_start], dh1_buf)
         _tma_store(dh2_desc, [row_start, col_start], dh2_buf)
-        if STORE_Z:
-            _tma_store(z_desc, [row_start, col_start], c_bufs.index(OUT_BUFS * CONSUMER + 2))
         if HAS_BIAS:  # rows past M read g = 0: they add nothing
             cols = col_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
             partial_ptrs = db_partial_ptr + (row_start // BLOCK_M).to(gl.int64) * (2 * N) + cols
@@ -452,24 +429,98 @@ def pingpong_glu_dh_consumer(
 
 
 @gluon.jit
+def glu_dh_rows(g_rows, x1_rows, x2_rows, row_layout: gl.constexpr, ACT: gl.constexpr):
+    """The kept-h GLU epilogue of one row half of a tile (``[m, N]``, x1 and x2 in shared
+    memory): writes dh1 = g * act(x2) over x1 and dh2 = g * x1 * act'(x2) over x2 (each thread
+    the elements it read) and returns z = x1 * act(x2) in their 16-bit dtype."""
+    x1 = x1_rows.load(row_layout).to(gl.float32)
+    x2 = x2_rows.load(row_layout).to(gl.float32)
+    act_x2, act_grad_x2 = activation_value_and_grad(x2, ACT)
+    x1_rows.store((g_rows * act_x2).to(x1_rows.dtype))
+    x2_rows.store((g_rows * x1 * act_grad_x2).to(x2_rows.dtype))
+    return (x1 * act_x2).to(x1_rows.dtype)
+
+
+@gluon.jit
 def glu_dh_from_buffers(g, x1_buf, x2_buf, z_buf, ACT: gl.constexpr, STORE_Z: gl.constexpr):
-    """The kept-h GLU epilogue of a [2m, N] tile of g: with x1 and x2 in ``x1_buf`` and
-    ``x2_buf`` (shared memory), writes dh1 = g * act(x2) over x1 and dh2 = g * x1 * act'(x2)
-    over x2 (each thread the elements it read) and, with STORE_Z, z = x1 * act(x2) into
-    ``z_buf``. In two row halves: a thread holds g (N / 2 values of each half), and the x1, x2
-    and outputs of one half at a time, where a whole tile's would not fit its registers."""
+    """The kept-h GLU epilogue of a [2m, N] tile of g (``glu_dh_rows``) with x1 and x2 in
+    ``x1_buf`` and ``x2_buf``, and with STORE_Z z into ``z_buf``. In two row halves: a thread
+    holds g (N / 2 values of each half), and the x1, x2 and outputs of one half at a time,
+    where a whole tile's would not fit its registers."""
     ROWS: gl.constexpr = g.shape[0] // 2
     row_layout: gl.constexpr = accumulator_layout(g.shape[1])
     g_rows = split_row_halves(g, row_layout)
     for part in gl.static_range(2):
-        g_part = g_rows[part]
-        x1 = x1_buf.slice(part * ROWS, ROWS).load(row_layout).to(gl.float32)
-        x2 = x2_buf.slice(part * ROWS, ROWS).load(row_layout).to(gl.float32)
-        act_x2, act_grad_x2 = activation_value_and_grad(x2, ACT)
-        x1_buf.slice(part * ROWS, ROWS).store((g_part * act_x2).to(x1_buf.dtype))
-        x2_buf.slice(part * ROWS, ROWS).store((g_part * x1 * act_grad_x2).to(x2_buf.dtype))
+        z = glu_dh_rows(g_rows[part], x1_buf.slice(part * ROWS, ROWS), x2_buf.slice(part * ROWS, ROWS), row_layout,
+                        ACT)
         if STORE_Z:
-            z_buf.slice(part * ROWS, ROWS).store((x1 * act_x2).to(z_buf.dtype))
+            z_buf.slice(part * ROWS, ROWS).store(z)
+
+
+@gluon.jit
+def glu_dh_late_z(g, x1_buf, x2_buf, ACT: gl.constexpr):
+    """``glu_dh_from_buffers`` without z's buffer: z returned in 16 bits (its two row halves,
+    in registers), for the caller to write over dh1's buffer once dh1's store has read it."""
+    ROWS: gl.constexpr = g.shape[0] // 2
+    row_layout: gl.constexpr = accumulator_layout(g.shape[1])
+    g_rows = split_row_halves(g, row_layout)
+    z_top = glu_dh_rows(g_rows[0], x1_buf.slice(0, ROWS), x2_buf.slice(0, ROWS), row_layout, ACT)
+    z_bottom = glu_dh_rows(g_rows[1], x1_buf.slice(ROWS, ROWS), x2_buf.slice(ROWS, ROWS), row_layout, ACT)
+    return z_top, z_bottom
+
+
+@gluon.jit
+def rotating_glu_dh_consumer(
+    h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, a_bufs, b_bufs, c_bufs, ready, empty, turn, h_ready,
+    M, N, K,
+    CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, ACT: gl.constexpr, STORE_Z: gl.constexpr,
+    GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+):
+    """Consumer ``CONSUMER`` of ``CONSUMERS`` taking turns over a program's tiles (tiles
+    ``CONSUMER, CONSUMER + CONSUMERS, ...``; main loops in tile order, consumer c after
+    consumer c - 1, 0 after the last), for the kept-h GLU dh with g = gy @ Wd on the tile
+    (``glu_dh_from_buffers``'s formulas). With three, two consumers' epilogues (h in, dh and
+    z out) run under the third's main loop. Two buffers per consumer (``c_bufs[2 * CONSUMER
+    ...]``): h's halves in, dh1 and dh2 out over them, then z over dh1's once dh1 has left
+    (``glu_dh_late_z``). The turn barriers' phases are exact for the same reason as
+    ``pingpong_mainloop``'s: no consumer runs more than one turn ahead of its predecessor."""
+    BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
+    BLOCK_K: gl.constexpr = a_bufs.type.shape[2]
+    BLOCK_N: gl.constexpr = dh1_desc.block_type.shape[1]
+    ROWS: gl.constexpr = BLOCK_M // 2
+    acc_layout: gl.constexpr = accumulator_layout(BLOCK_N)
+    FIRST: gl.constexpr = 1 if CONSUMER == 0 else 0
+    x1_buf = c_bufs.index(2 * CONSUMER)
+    x2_buf = c_bufs.index(2 * CONSUMER + 1)
+    bar = h_ready.index(CONSUMER)
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    for i in range(CONSUMER, program_tiles(M, N, BLOCK_M, BLOCK_N), CONSUMERS):
+        turn_round = i // CONSUMERS
+        row_start, col_start = tile_start(i, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        tma.store_wait(0)  # the previous tile's stores have read the buffers
+        mbarrier.expect(bar, 2 * h1_desc.block_type.nbytes)
+        _tma_load(h1_desc, [row_start, col_start], bar, x1_buf)
+        _tma_load(h2_desc, [row_start, col_start], bar, x2_buf)
+        # consumer 0's first wait passes on the fresh barrier; the others wait for their predecessor
+        mbarrier.wait(turn.index(CONSUMER), (turn_round & 1) ^ FIRST)
+        g = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=acc_layout)
+        g, _, last_stage = ring_mma_steps(a_bufs, b_bufs, ready, empty, g, g, i * k_tiles, k_tiles, CONSUMER, STAGES,
+                                          True, False, False, b_bufs)
+        mbarrier.arrive(turn.index((CONSUMER + 1) % CONSUMERS), count=1)
+        g = warpgroup_mma_wait(num_outstanding=0, deps=(g,))
+        mbarrier.arrive(empty.index(last_stage), count=1)
+        mbarrier.wait(bar, turn_round & 1)
+        z_top, z_bottom = glu_dh_late_z(g, x1_buf, x2_buf, ACT)
+        fence_async_shared()
+        _tma_store(dh1_desc, [row_start, col_start], x1_buf)
+        _tma_store(dh2_desc, [row_start, col_start], x2_buf)
+        if STORE_Z:
+            tma.store_wait(1)  # dh1 has left x1_buf
+            x1_buf.slice(0, ROWS).store(z_top)
+            x1_buf.slice(ROWS, ROWS).store(z_bottom)
+            fence_async_shared()
+            _tma_store(z_desc, [row_start, col_start], x1_buf)
+    tma.store_wait(0)
 
 
 @gluon.jit
@@ -479,9 +530,9 @@ def pingpong_glu_dh_wide_consumer(
     CONSUMER: gl.constexpr, ACT: gl.constexpr, STORE_Z: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
 ):
     """Consumer warpgroup ``CONSUMER`` of a GLU's backward dh with h kept and g = gy @ Wd
-    formed on a tile twice as wide as the epilogue's buffers (``pingpong_glu_dh_consumer``'s
-    formulas without RECOMPUTE and bias). Each consumer has three ``[BLOCK_M, HALF_N]``
-    buffers (x1 and x2 in, dh1, dh2 and z out), what a 128 x 64 tile of g needs; a 128 x 128
+    formed on a tile twice as wide as the epilogue's buffers (``glu_dh_from_buffers``'s
+    formulas). Each consumer has three ``[BLOCK_M, HALF_N]`` buffers (x1 and x2 in, dh1, dh2
+    and z out), what a 128 x 64 tile of g needs; a 128 x 128
     tile (``TILE_N`` = 2 * HALF_N, from the ring's ``[BLOCK_K, TILE_N]`` weight tiles) reads a
     third less from L2 per output in the main loop, at the same shared memory. So the epilogue runs
     in two column halves: h's tiles for columns ``0 .. HALF_N`` are copied in before the main
@@ -611,6 +662,19 @@ def consumer_barriers():
     for consumer in gl.static_range(2):
         mbarrier.init(bars.index(consumer), count=1)
     return bars
+
+
+@gluon.jit
+def rotation_barriers(CONSUMERS: gl.constexpr):
+    """(turn, in_ready) for ``CONSUMERS`` consumers taking turns (``rotating_glu_dh_consumer``):
+    per consumer, the barrier its predecessor arrives on after its main loop, and one for what
+    it copies in besides the ring."""
+    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    in_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    for consumer in gl.static_range(CONSUMERS):
+        mbarrier.init(turn.index(consumer), count=1)
+        mbarrier.init(in_ready.index(consumer), count=1)
+    return turn, in_ready
 
 
 @gluon.constexpr_function

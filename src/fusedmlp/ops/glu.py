@@ -57,8 +57,8 @@ from ..kernels.configs import (
     GLU_COOPERATIVE_MIN_K,
     GLU_BWD_FP32_CONFIGS,
     GLU_FP32_CONFIGS,
-    GLU_DH_PINGPONG_CONFIG,
     GLU_DH_PINGPONG_MAX_K,
+    GLU_DH_ROTATING_CONFIG,
     GLU_DH_WIDE_PINGPONG_CONFIG,
     GLU_DH_RECOMPUTE_PINGPONG_CONFIG,
     GLU_GEMM_CONFIGS,
@@ -70,7 +70,7 @@ from ..kernels.configs import (
 )
 from ..kernels.glu import (
     glu_bwd_dh_kernel,
-    glu_bwd_dh_pingpong_kernel,
+    glu_bwd_dh_rotating_kernel,
     glu_bwd_dh_wide_pingpong_kernel,
     glu_bwd_dh_recompute_pingpong_kernel,
     glu_bwd_dh_tma_kernel,
@@ -268,8 +268,8 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
             if not has_bias and pingpong_eligible(g, wd, h, *dh_halves, z_or_any):  # g formed on the tile instead
                 narrow = g.shape[1] <= GLU_DH_PINGPONG_MAX_K  # 128 x 64 tiles of g, else 128 x 128
                 launch_pingpong(
-                    glu_bwd_dh_pingpong_kernel if narrow else glu_bwd_dh_wide_pingpong_kernel,
-                    GLU_DH_PINGPONG_CONFIG if narrow else GLU_DH_WIDE_PINGPONG_CONFIG,
+                    glu_bwd_dh_rotating_kernel if narrow else glu_bwd_dh_wide_pingpong_kernel,
+                    GLU_DH_ROTATING_CONFIG if narrow else GLU_DH_WIDE_PINGPONG_CONFIG,
                     m, out, num_sms(x), {"gy_desc": g}, {},
                     {"h1_desc": h[:, :out], "h2_desc": h[:, out:], "dh1_desc": dh_halves[0],
                      "dh2_desc": dh_halves[1], "z_desc": z_or_any},

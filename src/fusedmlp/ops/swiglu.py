@@ -20,8 +20,9 @@ Backward, with gy = dL/dy: the pair ``[d_up | d_gate] = [g * silu(gate) | g * up
 of the down projection's input gradient ``g = gy @ w_down`` is formed by one fused kernel
 (``glu_backward_dh``) and written once as ``dh [M, 2*hidden]``, together with ``z`` for
 ``dW_down = gy.T @ z``. With h kept (the default), on Hopper (16-bit, aligned) g is formed
-on the tile of a ping-pong kernel that reads h there (``glu_bwd_dh_pingpong_kernel`` on
-128 x 64 tiles up to d = 512, ``glu_bwd_dh_wide_pingpong_kernel`` on 128 x 128 beyond);
+on the tile of a warp-specialised kernel that reads h there (``glu_bwd_dh_rotating_kernel``,
+three consumers taking turns on 128 x 64 tiles, up to d = 512; ``glu_bwd_dh_wide_pingpong_kernel``,
+two on 128 x 128, beyond);
 elsewhere g is a cuBLAS product and the kernel streams g and h. With h recomputed the
 kernel forms g on the tile (G_GEMM) beside the recomputed products. Then cuBLAS: ``[dW_up; dW_gate] = dh.T @ x`` (one product);
 and ``dx = d_up @ w_up + d_gate @ w_gate``: on Hopper (16-bit, TMA-readable, eager calls) one
@@ -42,13 +43,16 @@ differentiated once (a second backward with ``retain_graph=True`` raises). In
 recompute mode, and under torch.compile (custom ops do not mutate their inputs), dh, z (and
 g) are new tensors, one row chunk at a time (up to 4 chunks when they would exceed 256 MiB).
 
-Why two kernels for g on the tile when h is kept: a consumer holds g and three buffers of
-its tile's size (h's halves in; dh's halves and z out), which leaves room for 128 x 64 tiles;
+Why two kernels for g on the tile when h is kept: a consumer holds g and buffers of its
+tile's size for h's halves in and dh's halves and z out, which leaves room for 128 x 64 tiles;
 at d = 2048 and beyond their main loop fell behind cuBLAS (benchmarks/NOTES.md, "SwiGLU's dh
-with g on the tile"). The 128 x 128 kernel keeps the same three [128, 64] buffers and runs its
-epilogue in two column halves; from d = 1024 it is the faster of the two, and against cuBLAS's
-g plus the stream it saves 4.8-22% of the dh step (16384 tokens, H100 and H200;
-benchmarks/NOTES.md, "SwiGLU's dh on 128 x 128 tiles"). The Triton form of the same (with h
+with g on the tile"). The 128 x 128 kernel keeps three [128, 64] buffers per consumer and runs
+its epilogue in two column halves; from d = 1024 it is the faster of the two, and against
+cuBLAS's g plus the stream it saves 4.8-22% of the dh step (16384 tokens, H100 and H200;
+benchmarks/NOTES.md, "SwiGLU's dh on 128 x 128 tiles"). At d = 512 the main loop is short
+against each tile's epilogue, so three consumers take turns there (two buffers each, z out
+over dh1's): 0.91-0.96x the time of two alternating consumers (H200; benchmarks/NOTES.md,
+"The dh kernel at d = 512: what bounds it"). The Triton form of the same (with h
 recomputed: three accumulators) ran at a fraction of cuBLAS's speed (d=512: 285 us against
 41 us for the product plus about 70 for the stream).
 
