@@ -4,7 +4,7 @@
 
 For each shape (tokens, d, hidden): the two-step path (``g = gy @ Wd`` on cuBLAS, then the
 stream kernel forming dh and z), the bare cuBLAS product alone, and the ping-pong kernels with
-each config: ``n...`` the 128 x 64 kernel (``glu_bwd_dh_pingpong_kernel``), ``w...`` the
+each config: ``n...`` the 128 x 64 kernel (``glu_bwd_dh_rotating_kernel`` since 2026-11-29), ``w...`` the
 128 x 128 one with the epilogue in column halves (``glu_bwd_dh_wide_pingpong_kernel``), named
 BLOCK_M x BLOCK_N, stages, GROUP_M; each checked against the two-step path first (max abs
 difference of dh and z: g is rounded to bf16 on the two-step path only). Arguments: only the
@@ -14,9 +14,9 @@ import sys
 import torch
 import fusedmlp.ops._common as common
 import fusedmlp.ops.glu as glu_ops
-from fusedmlp.bench.harness import graph_us, print_sweep_row, write_sweep
+from fusedmlp.bench.harness import graph_us, print_sweep_row, swiglu_dh_inputs, write_sweep
 
-bases = {"n": dict(glu_ops.GLU_DH_PINGPONG_CONFIG), "w": dict(glu_ops.GLU_DH_WIDE_PINGPONG_CONFIG)}
+bases = {"n": dict(glu_ops.GLU_DH_ROTATING_CONFIG), "w": dict(glu_ops.GLU_DH_WIDE_PINGPONG_CONFIG)}
 max_ks = {"n": 1 << 30, "w": 0}  # the narrow kernel's limit: which of the two runs
 cfgs = {f"{kind}{m}x{n}s{s}g{g}": (kind, dict(BLOCK_M=m, BLOCK_N=n, STAGES=s, GROUP_M=g))
         for kind, m, n, s, g in [("n", 128, 64, 5, 1), ("n", 128, 64, 4, 8), ("w", 128, 128, 4, 8),
@@ -31,12 +31,7 @@ if len(sys.argv) > 1:
 rows = []
 torch.manual_seed(0)
 for tokens, d, hidden in SHAPES:
-    dt = torch.bfloat16
-    x = torch.randn(tokens, d, device="cuda", dtype=dt)
-    gy = torch.randn(tokens, d, device="cuda", dtype=dt)
-    w_up, w_gate = (torch.randn(hidden, d, device="cuda", dtype=dt) / d**0.5 for _ in range(2))
-    w_down = torch.randn(d, hidden, device="cuda", dtype=dt) / hidden**0.5
-    h = torch.randn(tokens, 2 * hidden, device="cuda", dtype=dt)
+    x, gy, w_up, w_gate, w_down, h = swiglu_dh_inputs(tokens, d, hidden)
     call = lambda: glu_ops.glu_backward_dh_impl(gy, x, w_up, w_gate, None, None, h, "silu", w_down, True)  # noqa: E731
     r = dict(shape=[tokens, d, hidden], cublas_g=graph_us(lambda: gy @ w_down))
     common.PINGPONG = False
@@ -44,8 +39,8 @@ for tokens, d, hidden in SHAPES:
     ref_dh, _, ref_z = call()
     common.PINGPONG = True
     for name, (kind, c) in cfgs.items():
-        glu_ops.GLU_DH_PINGPONG_CONFIG, glu_ops.GLU_DH_WIDE_PINGPONG_CONFIG = bases["n"], bases["w"]
-        setattr(glu_ops, "GLU_DH_PINGPONG_CONFIG" if kind == "n" else "GLU_DH_WIDE_PINGPONG_CONFIG",
+        glu_ops.GLU_DH_ROTATING_CONFIG, glu_ops.GLU_DH_WIDE_PINGPONG_CONFIG = bases["n"], bases["w"]
+        setattr(glu_ops, "GLU_DH_ROTATING_CONFIG" if kind == "n" else "GLU_DH_WIDE_PINGPONG_CONFIG",
                 dict(bases[kind], **c))
         glu_ops.GLU_DH_PINGPONG_MAX_K = max_ks[kind]
         dh, _, z = call()

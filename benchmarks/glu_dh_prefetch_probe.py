@@ -2,8 +2,8 @@
 
     python benchmarks/glu_dh_prefetch_probe.py [D,D... [VARIANT ...]]     (writes $OUT/glu_dh_prefetch_probe.json)
 
-A copy of the library's alternating ping-pong dh kernel (``glu_bwd_dh_pingpong_kernel``: g =
-gy @ Wd on 128 x 64 tiles, h read, dh and z written) with a MODE:
+A copy of the library's alternating ping-pong dh kernel as it was until 2026-11-29 (two
+consumers: g = gy @ Wd on 128 x 64 tiles, h read, dh and z written) with a MODE:
 - 0: the library's order (each consumer: wait until its previous tile's stores have read its
   three buffers, copy h in, main loop, epilogue, stores);
 - 1: no copy of h (the epilogue reads whatever the buffers hold): what h's latency costs;
@@ -28,12 +28,10 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 import fusedmlp.ops.glu as glu_ops
-from fusedmlp.bench.harness import graph_us, print_sweep_row, write_sweep
-from fusedmlp.kernels.activations import activation_value_and_grad
-from fusedmlp.kernels.configs import GLU_DH_PINGPONG_CONFIG
+from fusedmlp.bench.harness import graph_us, print_sweep_row, swiglu_dh_inputs, write_sweep
 from fusedmlp.kernels.pingpong import (
-    _tma_load, _tma_store, accumulator_layout, pingpong_loader, pingpong_mainloop, pingpong_setup, program_tiles,
-    split_row_halves, tile_start,
+    _tma_load, _tma_store, accumulator_layout, glu_dh_late_z, glu_dh_rows, pingpong_loader, pingpong_mainloop,
+    pingpong_setup, program_tiles, split_row_halves, tile_start,
 )
 from fusedmlp.ops._common import launch_pingpong, num_sms
 
@@ -47,32 +45,15 @@ def dh_epilogue(g, x1_buf, x2_buf, z_buf, z_ptr, stride_zm, row_start, col_start
     row_layout: gl.constexpr = accumulator_layout(BLOCK_N)
     g_rows = split_row_halves(g, row_layout)
     for part in gl.static_range(2):
-        g_part = g_rows[part]
-        x1 = x1_buf.slice(part * ROWS, ROWS).load(row_layout).to(gl.float32)
-        x2 = x2_buf.slice(part * ROWS, ROWS).load(row_layout).to(gl.float32)
-        act_x2, act_grad_x2 = activation_value_and_grad(x2, ACT)
-        x1_buf.slice(part * ROWS, ROWS).store((g_part * act_x2).to(x1_buf.dtype))
-        x2_buf.slice(part * ROWS, ROWS).store((g_part * x1 * act_grad_x2).to(x2_buf.dtype))
-        z = x1 * act_x2
+        z = glu_dh_rows(g_rows[part], x1_buf.slice(part * ROWS, ROWS), x2_buf.slice(part * ROWS, ROWS), row_layout,
+                        ACT)
         if Z_GLOBAL:
             rows = row_start + part * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, row_layout))
             cols = col_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, row_layout))
             ptrs = z_ptr + rows.to(gl.int64)[:, None] * stride_zm + cols[None, :]
-            gl.store(ptrs, z.to(z_ptr.dtype.element_ty), mask=(rows < M)[:, None] & (cols < N)[None, :])
+            gl.store(ptrs, z, mask=(rows < M)[:, None] & (cols < N)[None, :])
         else:
-            z_buf.slice(part * ROWS, ROWS).store(z.to(z_buf.dtype))
-
-
-@gluon.jit
-def dh_rows_late_z(g_rows, x1_rows, x2_rows, row_layout: gl.constexpr, ACT: gl.constexpr):
-    """One row half of the epilogue with dh1 and dh2 written over x1 and x2 and z returned
-    (16-bit, in registers) for MODE 4."""
-    x1 = x1_rows.load(row_layout).to(gl.float32)
-    x2 = x2_rows.load(row_layout).to(gl.float32)
-    act_x2, act_grad_x2 = activation_value_and_grad(x2, ACT)
-    x1_rows.store((g_rows * act_x2).to(x1_rows.dtype))
-    x2_rows.store((g_rows * x1 * act_grad_x2).to(x2_rows.dtype))
-    return (x1 * act_x2).to(x1_rows.dtype)
+            z_buf.slice(part * ROWS, ROWS).store(z)
 
 
 @gluon.jit
@@ -123,9 +104,7 @@ def probe_consumer(h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, z_ptr, stride_z
                                   acc_layout, False)
             mbarrier.wait(h_ready.index(2 * CONSUMER), (i // 2) & 1)
             ROWS: gl.constexpr = BLOCK_M // 2
-            g_rows = split_row_halves(g, acc_layout)
-            z_top = dh_rows_late_z(g_rows[0], x1_buf.slice(0, ROWS), x2_buf.slice(0, ROWS), acc_layout, ACT)
-            z_bottom = dh_rows_late_z(g_rows[1], x1_buf.slice(ROWS, ROWS), x2_buf.slice(ROWS, ROWS), acc_layout, ACT)
+            z_top, z_bottom = glu_dh_late_z(g, x1_buf, x2_buf, ACT)
             fence_async_shared()
             _tma_store(dh1_desc, [row_start, col_start], x1_buf)
             _tma_store(dh2_desc, [row_start, col_start], x2_buf)
@@ -178,6 +157,9 @@ def probe_kernel(gy_desc, wd_desc, h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc,
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
+# the two-consumer kernel's config as the library had it until 2026-11-29
+BASE_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "STAGES": 5, "GROUP_M": 1,
+               "CONSUMER_REGS": 232, "LOADER_REGS": 40, "num_warps": 4, "maxnreg": 168}
 # name: (MODE, Z_GLOBAL, BUFS per consumer, STAGES, BLOCK_K); shared memory = 2 * BUFS * 16 KB + the ring
 VARIANTS = {
     "m0_library_order": (0, False, 3, 5, 64),
@@ -203,7 +185,7 @@ def probe_dh(gy, w_down, h, variant):
     m, out = h.shape[0], h.shape[1] // 2
     dh = torch.empty_like(h)
     z = torch.empty((m, out), dtype=h.dtype, device=h.device)
-    config = dict(GLU_DH_PINGPONG_CONFIG, STAGES=stages, BLOCK_K=block_k, MODE=mode, Z_GLOBAL=z_global, BUFS=bufs)
+    config = dict(BASE_CONFIG, STAGES=stages, BLOCK_K=block_k, MODE=mode, Z_GLOBAL=z_global, BUFS=bufs)
     launch_pingpong(probe_kernel, config, m, out, num_sms(h), {"gy_desc": gy}, {},
                     {"h1_desc": h[:, :out], "h2_desc": h[:, out:], "dh1_desc": dh[:, :out], "dh2_desc": dh[:, out:],
                      "z_desc": z}, {"wd_desc": w_down}, z_ptr=z, stride_zm=z.stride(0), M=m, OUT=out, KG=gy.shape[1],
@@ -215,12 +197,7 @@ if __name__ == "__main__":
     rows = []
     torch.manual_seed(0)
     for tokens, d, hidden in SHAPES:
-        dt = torch.bfloat16
-        x = torch.randn(tokens, d, device="cuda", dtype=dt)
-        gy = torch.randn(tokens, d, device="cuda", dtype=dt)
-        w_up, w_gate = (torch.randn(hidden, d, device="cuda", dtype=dt) / d**0.5 for _ in range(2))
-        w_down = torch.randn(d, hidden, device="cuda", dtype=dt) / hidden**0.5
-        h = torch.randn(tokens, 2 * hidden, device="cuda", dtype=dt)
+        x, gy, w_up, w_gate, w_down, h = swiglu_dh_inputs(tokens, d, hidden)
         lib = lambda: glu_ops.glu_backward_dh_impl(gy, x, w_up, w_gate, None, None, h, "silu", w_down, True)  # noqa
         r = dict(shape=[tokens, d, hidden], lib=graph_us(lib))
         ref_dh, _, ref_z = lib()

@@ -7,7 +7,9 @@ library's dh call (``lib``: the alternating ping-pong kernel, 128 x 64 tiles up 
 128 x 128 beyond) with z and without (``lib_noz``: what z's store costs); a ``copy_`` of as
 many bytes as the dh kernel moves (h read, dh and z written: the stream floor on this
 device); ``glu_bwd_dh_split_kernel`` with each config (named stages, GROUP_M, BLOCK_K); and
-the alternating 128 x 64 kernel with 32-wide K steps (``alt_*``, at every d). Each is
+the library's 128 x 64 kernel with 32-wide K steps (``alt_*``, at every d; two alternating
+consumers until 2026-11-29, when the results in benchmarks/results/ were taken, three in turn
+since). Each is
 checked against the library's dh and z first (max abs difference). Arguments: only the shapes
 of the named d's, and only the named configs.
 """
@@ -20,7 +22,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma_wait
 
 import fusedmlp.ops.glu as glu_ops
-from fusedmlp.bench.harness import graph_us, print_sweep_row, write_sweep
+from fusedmlp.bench.harness import graph_us, print_sweep_row, swiglu_dh_inputs, write_sweep
 from fusedmlp.kernels.pingpong import (
     _tma_load, _tma_store, accumulator_layout, consumer_barriers, free_stage, glu_dh_from_buffers, pingpong_setup,
     program_tiles, ring_mma_steps, tile_start,
@@ -61,7 +63,7 @@ def pingpong_glu_dh_split_consumer(
     CONSUMER: gl.constexpr, ACT: gl.constexpr, STORE_Z: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
 ):
     """Consumer warpgroup ``CONSUMER`` of a GLU's backward dh with h kept and g = gy @ Wd on the
-    tile (``pingpong_glu_dh_consumer``'s formulas without RECOMPUTE and bias), the two consumers
+    tile (``glu_dh_from_buffers``'s formulas), the two consumers
     splitting each ``[BLOCK_M, 2 * HALF_N]`` tile by columns: both read every ring stage's gy
     tile (a stage is free once both released it) and each its own Wd half (``b_bufs``), so a
     stage of 32 KB serves 2 x 128 x 64 outputs where the alternating kernel's 24 KB serve one
@@ -107,7 +109,7 @@ def glu_bwd_dh_split_kernel(
     ACT: gl.constexpr, STORE_Z: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # GLU_DH_SPLIT_CONFIG above
 ):
-    """``glu_bwd_dh_pingpong_kernel``'s work with the two consumers splitting each tile of g
+    """The library's kept-h dh kernel's work with the two consumers splitting each tile of g
     (``[BLOCK_M, 2 * HALF_N]``) by columns instead of taking turns over whole tiles
     (``pingpong_glu_dh_split_consumer``): each stage's gy tile feeds both, so the main loop
     reads a third less from L2 per output; ``wd_half_desc`` has ``[BLOCK_K, HALF_N]`` blocks
@@ -156,12 +158,7 @@ if __name__ == "__main__":
     rows = []
     torch.manual_seed(0)
     for tokens, d, hidden in SHAPES:
-        dt = torch.bfloat16
-        x = torch.randn(tokens, d, device="cuda", dtype=dt)
-        gy = torch.randn(tokens, d, device="cuda", dtype=dt)
-        w_up, w_gate = (torch.randn(hidden, d, device="cuda", dtype=dt) / d**0.5 for _ in range(2))
-        w_down = torch.randn(d, hidden, device="cuda", dtype=dt) / hidden**0.5
-        h = torch.randn(tokens, 2 * hidden, device="cuda", dtype=dt)
+        x, gy, w_up, w_gate, w_down, h = swiglu_dh_inputs(tokens, d, hidden)
         lib = lambda store_z=True: glu_ops.glu_backward_dh_impl(gy, x, w_up, w_gate, None, None, h, "silu",  # noqa: E731
                                                                 w_down, store_z)
         moved = tokens * 5 * hidden * 2  # h read, dh and z written (gy is read once more; small)
@@ -176,14 +173,14 @@ if __name__ == "__main__":
             r[name + "_maxdiff"] = max((dh.float() - ref_dh.float()).abs().max().item(),
                                        (z.float() - ref_z.float()).abs().max().item())
             r[name] = graph_us(lambda: split_dh(gy, w_down, h, c))
-        base = glu_ops.GLU_DH_PINGPONG_CONFIG
-        for name, c in alt_cfgs.items():  # the alternating 128 x 64 kernel with finer ring stages
-            glu_ops.GLU_DH_PINGPONG_CONFIG, glu_ops.GLU_DH_PINGPONG_MAX_K = dict(base, **c), 1 << 30
+        base = glu_ops.GLU_DH_ROTATING_CONFIG
+        for name, c in alt_cfgs.items():  # the library's 128 x 64 kernel with finer ring stages
+            glu_ops.GLU_DH_ROTATING_CONFIG, glu_ops.GLU_DH_PINGPONG_MAX_K = dict(base, **c), 1 << 30
             dh, _, z = lib()
             r[name + "_maxdiff"] = max((dh.float() - ref_dh.float()).abs().max().item(),
                                        (z.float() - ref_z.float()).abs().max().item())
             r[name] = graph_us(lib)
-            glu_ops.GLU_DH_PINGPONG_CONFIG, glu_ops.GLU_DH_PINGPONG_MAX_K = base, max_k
+            glu_ops.GLU_DH_ROTATING_CONFIG, glu_ops.GLU_DH_PINGPONG_MAX_K = base, max_k
         for name in ["lib", "copy_same_bytes"] + list(cfgs) + list(alt_cfgs):
             r[name + "_TBps"] = moved / r[name] / 1e6
         rows.append(r)

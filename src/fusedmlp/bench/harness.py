@@ -114,6 +114,18 @@ def stepwise_ms(steps: dict, rounds: int, count: int, skip: int, rotated: bool) 
     return times
 
 
+def swiglu_dh_inputs(tokens: int, d: int, hidden: int, dtype=torch.bfloat16):
+    """Random CUDA inputs of SwiGLU's store-mode dh for the kernel sweeps in benchmarks/
+    (glu_dh_*.py), drawn in this order: x and gy ``[tokens, d]``, w_up and w_gate ``[hidden, d]``
+    and w_down ``[d, hidden]`` (each scaled by 1 / sqrt(fan-in)), h ``[tokens, 2 * hidden]``."""
+    x = torch.randn(tokens, d, device="cuda", dtype=dtype)
+    gy = torch.randn(tokens, d, device="cuda", dtype=dtype)
+    w_up, w_gate = (torch.randn(hidden, d, device="cuda", dtype=dtype) / d**0.5 for _ in range(2))
+    w_down = torch.randn(d, hidden, device="cuda", dtype=dtype) / hidden**0.5
+    h = torch.randn(tokens, 2 * hidden, device="cuda", dtype=dtype)
+    return x, gy, w_up, w_gate, w_down, h
+
+
 def graph_us(fn, rep_ms: int | None = None) -> float:
     """Median microseconds of ``fn`` replayed in a CUDA graph (kernel time, no host time),
     after one eager call (compiles, tunes); ``rep_ms`` defaults to $REP_MS, else 200. For
