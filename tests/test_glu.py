@@ -421,8 +421,8 @@ def test_pingpong_kernel_compiles_for_hopper():
                                 ["gelu_tanh", "silu"], max_stack=24)
     compile_pingpong_for_hopper("glu", "glu_bwd_dh_recompute_pingpong_kernel", "GLU_DH_RECOMPUTE_PINGPONG_CONFIG",
                                 [a for a in ACTIVATIONS if a not in ("gelu_tanh", "silu")])
-    for activations in (["silu", "gelu_tanh"], ["gelu_tanh", "silu"]):  # each with z stored and not
-        compile_pingpong_for_hopper("glu", "glu_bwd_dh_rotating_kernel", "GLU_DH_ROTATING_CONFIG", activations)
+    # silu without z, gelu_tanh with it
+    compile_pingpong_for_hopper("glu", "glu_bwd_dh_rotating_kernel", "GLU_DH_ROTATING_CONFIG", ["silu", "gelu_tanh"])
     for activations in (["silu", "gelu_tanh"], ["gelu_tanh", "silu"]):  # each with z stored and not
         facts = compile_pingpong_for_hopper("glu", "glu_bwd_dh_wide_pingpong_kernel", "GLU_DH_WIDE_PINGPONG_CONFIG",
                                             activations)
