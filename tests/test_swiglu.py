@@ -222,8 +222,9 @@ def test_pingpong_backward_on_gpu(monkeypatch, dtype, wide, activation):
     capability 9.0), on 3 SMs (several tiles per program; partial row, column and K tiles):
     dh and z against float64 into new tensors and in place (dh over h, z over a scratch),
     with z and without; then swiglu's gradients end to end, with and without W_down's. Both
-    kernels: 128 x 64 tiles of g (the short K's), and 128 x 128 with the epilogue in column
-    halves (the long K's; forced here by a limit of 0 for the narrow one). hidden = 392 ends
+    kernels: 128 x 64 tiles of g with three consumers taking turns (the short K's), and 128 x 128
+    with the epilogue in column halves (the long K's; forced here by a limit of 0 for the narrow
+    one). hidden = 392 ends
     the last 128-column tile in its first half (its second half's columns are all past OUT)."""
     import fusedmlp.ops.glu as glu_ops
 
