@@ -162,7 +162,7 @@ if __name__ == "__main__":
         lib = lambda store_z=True: glu_ops.glu_backward_dh_impl(gy, x, w_up, w_gate, None, None, h, "silu",  # noqa: E731
                                                                 w_down, store_z)
         moved = tokens * 5 * hidden * 2  # h read, dh and z written (gy is read once more; small)
-        src = torch.empty(tokens * 5 * hidden // 2, device="cuda", dtype=dt)
+        src = torch.empty(tokens * 5 * hidden // 2, device="cuda", dtype=h.dtype)
         dst = torch.empty_like(src)
         r = dict(shape=[tokens, d, hidden], cublas_g=graph_us(lambda: gy @ w_down), lib=graph_us(lib),
                  lib_noz=graph_us(lambda: lib(False)), copy_same_bytes=graph_us(lambda: dst.copy_(src)))
