@@ -88,8 +88,9 @@ def sum_partials_kernel(part_ptr, out_ptr, numel, SPLIT: tl.constexpr, BLOCK: tl
 @gluon.jit
 def ws_loader(up_desc, gate_desc, z_desc, gy_desc, h_bufs, z_bufs, gy_bufs, ready, empty, row_begin, k_steps, h_start,
               d_start, STAGES: gl.constexpr, MMAS: gl.constexpr, FROM_Z: gl.constexpr):
-    """Fills the ring: per K step up's and gate's [BLOCK_K, BLOCK_H] tiles and MMAS gy tiles
-    [BLOCK_K, 256] (a stage is free once the z former and every MMA warpgroup released it)."""
+    """Fills the ring: per K step up's and gate's [BLOCK_K, BLOCK_H] tiles (FROM_Z: stored z's,
+    into the stage's z buffer) and MMAS gy tiles [BLOCK_K, 256]; a stage is free once every MMA
+    warpgroup has released it."""
     BLOCK_K: gl.constexpr = up_desc.block_type.shape[0]
     GY_N: gl.constexpr = gy_desc.block_type.shape[1]
     stage_bytes: gl.constexpr = (1 if FROM_Z else 2) * up_desc.block_type.nbytes + MMAS * gy_desc.block_type.nbytes
