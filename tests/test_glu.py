@@ -745,6 +745,42 @@ def test_store_stream_config_follows_in_place(device, monkeypatch, bias):
     assert_close(dh, h64.grad, torch.float32, "dh out of place")
 
 
+@pytest.mark.parametrize("mode", ["recompute", "recompute_g_gemm", "store", "store_g_gemm", "in_place",
+                                  "in_place_g_gemm"])
+def test_backward_dh_x2_first_swaps_the_halves(device, mode):
+    """``glu_backward_dh_impl(..., x2_first=True)`` writes dh's halves swapped, [dh2 | dh1] (the
+    packed SwiGLU weight's [gate | up] order): the same bits as the default order's halves, in
+    every path (on a Hopper GPU in bf16: the ping-pong and tensor-descriptor kernels; on CPU the
+    pointer kernels), with db ([db1 | db2]) and z unchanged; in place, over h."""
+    from fusedmlp.ops import glu as glu_ops
+
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    g_gemm, store, in_place = mode.endswith("g_gemm"), not mode.startswith("recompute"), mode.startswith("in_place")
+    n, k, kg, out = 200, 48, 64, 96
+    x = torch.randn(n, k, device=device, dtype=dtype)
+    w1, w2 = ((torch.randn(out, k, device=device) / k**0.5).to(dtype) for _ in range(2))
+    b1, b2 = (None, None) if g_gemm else (torch.randn(out, device=device, dtype=dtype) for _ in range(2))
+    wd = (torch.randn(kg, out, device=device) / kg**0.5).to(dtype) if g_gemm else None
+    g = torch.randn(n, kg if g_gemm else out, device=device, dtype=dtype)
+    h = torch.cat([torch.nn.functional.linear(x, w, b) for w, b in ((w1, b1), (w2, b2))], dim=1) if store else None
+
+    def run(x2_first):
+        h_in = h.clone() if store else None  # in place, dh is written over it
+        extra = dict(in_place=True, z_out=torch.empty(n, out, device=device, dtype=dtype) if g_gemm else None,
+                     ) if in_place else {}
+        dh, db, z = glu_ops.glu_backward_dh_impl(g.clone(), x, w1, w2, b1, b2, h_in, "silu", wd, store_z=g_gemm,
+                                                 x2_first=x2_first, **extra)
+        if in_place:
+            assert dh.data_ptr() == h_in.data_ptr()
+        return dh, db, z
+
+    dh, db, z = run(False)
+    dh_swapped, db_swapped, z_swapped = run(True)
+    assert torch.equal(dh_swapped, torch.cat([dh[:, out:], dh[:, :out]], dim=1))
+    assert torch.equal(db_swapped, db) and torch.equal(z_swapped, z)
+    assert dh.abs().sum() > 0 and (not g_gemm or z.abs().sum() > 0)
+
+
 @pytest.mark.gpu
 def test_first_store_backward_with_autotuning():
     """With autotuning on, the first store-mode backward of a shape is right: the stream that

@@ -101,9 +101,13 @@ def _glu_dh(g, x1, x2, ACT: tl.constexpr):
 
 
 @triton.jit
-def _store_dh_z(dh_ptr, z_ptr, rows, cols, mask, OUT, stride_dhm, stride_zm, dh1, dh2, z, STORE_Z: tl.constexpr):
-    """The pointer kernels' stores of a [rows, cols] tile: dh = [dh1 | dh2] and, if STORE_Z, z."""
+def _store_dh_z(dh_ptr, z_ptr, rows, cols, mask, OUT, stride_dhm, stride_zm, dh1, dh2, z, STORE_Z: tl.constexpr,
+                X2_FIRST: tl.constexpr):
+    """The pointer kernels' stores of a [rows, cols] tile: dh = [dh1 | dh2] (X2_FIRST: [dh2 | dh1])
+    and, if STORE_Z, z."""
     dh_ptrs = dh_ptr + rows[:, None] * stride_dhm + cols[None, :]
+    if X2_FIRST:
+        dh1, dh2 = dh2, dh1
     tl.store(dh_ptrs, dh1.to(dh_ptr.dtype.element_ty), mask=mask)
     tl.store(dh_ptrs + OUT, dh2.to(dh_ptr.dtype.element_ty), mask=mask)
     if STORE_Z:
@@ -154,10 +158,12 @@ def glu_bwd_dh_kernel(
     stride_gm, stride_gn, stride_wdk, stride_wdn, stride_xm, stride_xk,
     stride_w1n, stride_w1k, stride_w2n, stride_w2k, stride_dhm, stride_zm,
     ACT: tl.constexpr, HAS_BIAS: tl.constexpr, G_GEMM: tl.constexpr, STORE_Z: tl.constexpr,
+    X2_FIRST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
-    """dh[M, 2*OUT] = [g * t | g * x1 * t']; db_partial[tile_m, :] = dh[tile rows].sum(0) if HAS_BIAS.
+    """dh[M, 2*OUT] = [g * t | g * x1 * t'] (X2_FIRST: the halves swapped, [g * x1 * t' | g * t]);
+    db_partial[tile_m, :] = [dh1 | dh2][tile rows].sum(0) if HAS_BIAS.
 
     The recompute mode's kernel: the h tiles come from the main loop over x and W1, W2 (bias
     added), as in the forward (a stored h goes to ``glu_bwd_stream_kernel``). G_GEMM: ``g_ptr`` is ``gy [M, KG]``
@@ -184,7 +190,7 @@ def glu_bwd_dh_kernel(
         g_ptrs = g_ptr + rows[:, None] * stride_gm + cols[None, :] * stride_gn
         g = tl.load(g_ptrs, mask=mask, other=0.0).to(ACC_DTYPE)
     dh1, dh2, z = _glu_dh(g, x1, x2, ACT)
-    _store_dh_z(dh_ptr, z_ptr, rows, cols, mask, OUT, stride_dhm, stride_zm, dh1, dh2, z, STORE_Z)
+    _store_dh_z(dh_ptr, z_ptr, rows, cols, mask, OUT, stride_dhm, stride_zm, dh1, dh2, z, STORE_Z, X2_FIRST)
     if HAS_BIAS:
         _store_db_partials(db_partial_ptr, tile_m, cols, mask_cols, OUT, tl.sum(dh1, axis=0), tl.sum(dh2, axis=0))
 
@@ -194,13 +200,14 @@ def glu_bwd_stream_kernel(
     g_ptr, h_ptr, dh_ptr, z_ptr, db_partial_ptr,
     M, OUT,
     stride_gm, stride_gn, stride_hm, stride_dhm, stride_zm,
-    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_Z: tl.constexpr,
+    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, STORE_Z: tl.constexpr, X2_FIRST: tl.constexpr,
     BLOCK_M: tl.constexpr, SUB_M: tl.constexpr, BLOCK_N: tl.constexpr, ACC_DTYPE: tl.constexpr,
 ):
     """The store mode's backward: ``glu_bwd_dh_kernel``'s outputs from g and the stored h, one pass.
 
-    dh[M, 2*OUT] = [g * t | g * x1 * t'], z = x1 * t if STORE_Z, and the db partials of each
-    BLOCK_M-row block (``[cdiv(M, BLOCK_M), 2*OUT]``, the accumulator dtype) if HAS_BIAS.
+    dh[M, 2*OUT] = [g * t | g * x1 * t'] (X2_FIRST: [g * x1 * t' | g * t]), z = x1 * t if
+    STORE_Z, and the db partials of each BLOCK_M-row block (``[cdiv(M, BLOCK_M), 2*OUT]``, the
+    accumulator dtype, in [db1 | db2] order) if HAS_BIAS.
 
     Each byte is read or written once, so the kernel is bound by memory bandwidth, and what
     keeps the bandwidth up is many programs in flight per SM: while one waits for its loads,
@@ -210,8 +217,9 @@ def glu_bwd_stream_kernel(
     partials are summed in a fixed order: deterministic.
 
     dh may be h itself and z may be g (the backward reuses their memory): each element is
-    written at the position it was read from, and a barrier between a step's loads and its
-    stores keeps that safe whatever the compiler assumes about pointers it cannot tell apart.
+    written at a position its own step read (X2_FIRST: the other half's, same row and column),
+    and a barrier between a step's loads and its stores keeps that safe whatever the compiler
+    assumes about pointers it cannot tell apart.
     dh, h and z have unit column stride; g any strides.
     """
     tile_m, cols, mask_cols = stream_row_block(OUT, BLOCK_N)
@@ -229,7 +237,7 @@ def glu_bwd_stream_kernel(
         g = tl.load(g_ptrs, mask=mask, other=0.0, eviction_policy="evict_first").to(ACC_DTYPE)
         dh1, dh2, z = _glu_dh(g, x1, x2, ACT)
         tl.debug_barrier()
-        _store_dh_z(dh_ptr, z_ptr, rows, cols, mask, OUT, stride_dhm, stride_zm, dh1, dh2, z, STORE_Z)
+        _store_dh_z(dh_ptr, z_ptr, rows, cols, mask, OUT, stride_dhm, stride_zm, dh1, dh2, z, STORE_Z, X2_FIRST)
         if HAS_BIAS:
             db1_rows += dh1
             db2_rows += dh2

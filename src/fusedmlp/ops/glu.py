@@ -242,7 +242,7 @@ def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
     return y, h
 
 
-def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g_scratch=None):
+def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g_scratch=None, x2_first=False):
     m, k = x.shape
     if h is None and gemms_on_cublas(x):  # recompute mode: h from cuBLAS, then the stream writes dh over it
         h = _cublas_h(x, w1, w2, b1, b2)
@@ -263,7 +263,7 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
     grid = lambda meta: (cdiv(m, GLU_BWD_BLOCK_M) * cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
     if h is not None:  # the store mode: a stream over g and h (g = gy @ wd on a ping-pong tile, or cuBLAS first)
         if wd is not None:
-            dh_halves = (dh[:, :out], dh[:, out:])
+            dh_halves = _dh_halves(dh, out, x2_first)
             z_or_any = z if store_z else dh_halves[0]
             if not has_bias and pingpong_eligible(g, wd, h, *dh_halves, z_or_any):  # g formed on the tile instead
                 narrow = g.shape[1] <= GLU_DH_PINGPONG_MAX_K  # 128 x 64 tiles of g, else 128 x 128
@@ -281,12 +281,12 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
             grid, g, h, dh, z if store_z else dh, db_partial if has_bias else dh,
             M=m, OUT=out, stride_gm=g.stride(0), stride_gn=g.stride(1), stride_hm=h.stride(0),
             stride_dhm=dh.stride(0), stride_zm=z.stride(0) if store_z else 0,
-            ACT=act, HAS_BIAS=has_bias, STORE_Z=store_z, ACC_DTYPE=acc_dtypes(x.dtype)[0],
+            ACT=act, HAS_BIAS=has_bias, STORE_Z=store_z, X2_FIRST=x2_first, ACC_DTYPE=acc_dtypes(x.dtype)[0],
             dtype=x.dtype,
         )
         return dh, _db_of(db_partial, has_bias), z
     g_gemm = wd is not None
-    dh_halves = (dh[:, :out], dh[:, out:])
+    dh_halves = _dh_halves(dh, out, x2_first)
     if not g_gemm and not store_z and pingpong_eligible(x, w1, w2, g, *dh_halves):
         launch_pingpong(
             glu_bwd_dh_recompute_pingpong_kernel, GLU_DH_RECOMPUTE_PINGPONG_CONFIG, m, out, num_sms(x),
@@ -322,10 +322,16 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
             stride_gm=g.stride(0), stride_gn=g.stride(1), stride_wdk=wd_strides[0], stride_wdn=wd_strides[1],
             stride_xm=x.stride(0), stride_xk=x.stride(1), stride_w1n=w1.stride(0), stride_w1k=w1.stride(1),
             stride_w2n=w2.stride(0), stride_w2k=w2.stride(1),
-            stride_dhm=dh.stride(0), stride_zm=z.stride(0) if store_z else 0,
+            stride_dhm=dh.stride(0), stride_zm=z.stride(0) if store_z else 0, X2_FIRST=x2_first,
             **common, **dot_meta(x.dtype), dtype=x.dtype,
         )
     return dh, _db_of(db_partial, has_bias), z
+
+
+def _dh_halves(dh, out, x2_first):
+    """(where dh1 goes, where dh2 goes) in dh ``[M, 2*out]``: its halves in order, or swapped."""
+    first, second = dh[:, :out], dh[:, out:]
+    return (second, first) if x2_first else (first, second)
 
 
 def _db_of(db_partial, has_bias):
@@ -348,14 +354,16 @@ def glu_forward_impl(x, w1, w2, b1, b2, act: str, store_h: bool):
 
 
 def glu_backward_dh_impl(g, x, w1, w2, b1, b2, h, act: str, wd=None, store_z: bool = False, in_place=False,
-                         z_out=None):
+                         z_out=None, x2_first=False):
     """(dh, db, z): the fused elementwise backward of a GLU.
 
-    dh = [g * act(x2) | g * x1 * act'(x2)] ([M, 2*out], x's dtype), with h = [x1 | x2]
+    dh = [g * act(x2) | g * x1 * act'(x2)] ([M, 2*out], x's dtype), or with ``x2_first`` its
+    halves swapped, [dh2 | dh1] (a weight packed as [W2; W1] then gets its gradient from one
+    product, dh.T @ x: ``swiglu_packed``), with h = [x1 | x2]
     recomputed when ``h`` is None; g = ``g`` [M, out], or ``g @ wd`` when ``wd`` [KG, out] is
     given (``g`` is then [M, KG]; formed on the kernel's tile, except on GPUs without the
     ping-pong kernels with h given, where cuBLAS forms it before the stream); db =
-    dh.sum(0) in fp32 (fp64 for fp64 inputs), empty without bias; z = x1 * act(x2) if
+    [dh1 | dh2].sum(0) in fp32 (fp64 for fp64 inputs), empty without bias; z = x1 * act(x2) if
     ``store_z``, else empty.
 
     ``in_place`` (h given): dh is written over h, and z over ``z_out`` ([M, out]) or, without
@@ -371,15 +379,16 @@ def glu_backward_dh_impl(g, x, w1, w2, b1, b2, h, act: str, wd=None, store_z: bo
     z_dest = (g if z_out is None else z_out) if in_place else None
     if use_triton(x):
         return _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh_out, z_dest if store_z else None,
-                              z_dest if wd is not None else None)
+                              z_dest if wd is not None else None, x2_first)
     acc = acc_dtypes(x.dtype)[1]
     if h is None:
         h = _glu_h_reference(x, w1, w2, b1, b2)
     x1, x2 = h.to(acc).chunk(2, dim=-1)
     g = g.to(acc) @ wd.to(acc) if wd is not None else g.to(acc)
     act_x2 = activation_reference(x2, act)
-    dh = torch.cat([g * act_x2, g * x1 * activation_grad_reference(x2, act)], dim=-1)
-    db = dh.sum(0) if b1 is not None else dh.new_empty((0,))
+    halves = [g * act_x2, g * x1 * activation_grad_reference(x2, act)]
+    db = torch.cat([half.sum(0) for half in halves]) if b1 is not None else x1.new_empty((0,))
+    dh = torch.cat(halves[::-1] if x2_first else halves, dim=-1)
     z = (x1 * act_x2).to(x.dtype) if store_z else x.new_empty((0,))
     if in_place:  # the same contract as the kernels': results in h's (and z_out's or g's) memory
         dh_out.copy_(dh)
