@@ -231,22 +231,15 @@ def down_wgrad_ws_kernel(up_desc, gate_desc, z_desc, gy_desc, part_ptr, M, ROWS_
         mbarrier.init(ready.index(stage), count=1)
         mbarrier.init(empty.index(stage), count=MMAS)
         mbarrier.init(z_ready.index(stage), count=MMAS)
-    if MMAS == 2:
-        gl.warp_specialize([
-            (ws_mma, (h_bufs, z_bufs, gy_bufs, ready, empty, z_ready, part_ptr, k_steps, split, h_start, d_start, D,
-                      HIDDEN, 0, MMAS, STAGES, ACT, AHEAD)),
-            (ws_mma, (h_bufs, z_bufs, gy_bufs, ready, empty, z_ready, part_ptr, k_steps, split, h_start, d_start, D,
-                      HIDDEN, 1, MMAS, STAGES, ACT, AHEAD)),
-            (ws_loader, (up_desc, gate_desc, z_desc, gy_desc, h_bufs, z_bufs, gy_bufs, ready, empty, row_begin,
-                         k_steps, h_start, d_start, STAGES, MMAS, AHEAD == 0)),
-        ], [4, 1], [MMA_REGS, LOADER_REGS])
-    else:
-        gl.warp_specialize([
-            (ws_mma, (h_bufs, z_bufs, gy_bufs, ready, empty, z_ready, part_ptr, k_steps, split, h_start, d_start, D,
-                      HIDDEN, 0, MMAS, STAGES, ACT, AHEAD)),
-            (ws_loader, (up_desc, gate_desc, z_desc, gy_desc, h_bufs, z_bufs, gy_bufs, ready, empty, row_begin,
-                         k_steps, h_start, d_start, STAGES, MMAS, AHEAD == 0)),
-        ], [1], [LOADER_REGS])
+    gl.static_assert(MMAS == 2, "the partitions below are two MMA warpgroups and the loader")
+    gl.warp_specialize([
+        (ws_mma, (h_bufs, z_bufs, gy_bufs, ready, empty, z_ready, part_ptr, k_steps, split, h_start, d_start, D,
+                  HIDDEN, 0, MMAS, STAGES, ACT, AHEAD)),
+        (ws_mma, (h_bufs, z_bufs, gy_bufs, ready, empty, z_ready, part_ptr, k_steps, split, h_start, d_start, D,
+                  HIDDEN, 1, MMAS, STAGES, ACT, AHEAD)),
+        (ws_loader, (up_desc, gate_desc, z_desc, gy_desc, h_bufs, z_bufs, gy_bufs, ready, empty, row_begin,
+                     k_steps, h_start, d_start, STAGES, MMAS, AHEAD == 0)),
+    ], [4, 1], [MMA_REGS, LOADER_REGS])
 
 
 def down_wgrad_ws(gy, h, z, out, part, split, block_h, block_k, mmas, stages, regs, ahead):

@@ -27,10 +27,11 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
-import fusedmlp.ops.glu as glu_ops
-from fusedmlp.bench.harness import graph_us, print_sweep_row, swiglu_dh_inputs, write_sweep
+from fusedmlp.bench.harness import (
+    graph_us, max_abs_difference, print_sweep_row, swiglu_dh_inputs, swiglu_dh_library, write_sweep,
+)
 from fusedmlp.kernels.pingpong import (
-    _tma_load, _tma_store, accumulator_layout, glu_dh_late_z, glu_dh_rows, pingpong_loader, pingpong_mainloop,
+    _tma_load, _tma_store, accumulator_layout, glu_dh_store_late_z, glu_dh_rows, pingpong_loader, pingpong_mainloop,
     pingpong_setup, program_tiles, split_row_halves, tile_start,
 )
 from fusedmlp.ops._common import launch_pingpong, num_sms
@@ -103,16 +104,7 @@ def probe_consumer(h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, z_ptr, stride_z
             g = pingpong_mainloop(a_bufs, b_bufs, ready, empty, turn, i, k_tiles, CONSUMER, STAGES, True,
                                   acc_layout, False)
             mbarrier.wait(h_ready.index(2 * CONSUMER), (i // 2) & 1)
-            ROWS: gl.constexpr = BLOCK_M // 2
-            z_top, z_bottom = glu_dh_late_z(g, x1_buf, x2_buf, ACT)
-            fence_async_shared()
-            _tma_store(dh1_desc, [row_start, col_start], x1_buf)
-            _tma_store(dh2_desc, [row_start, col_start], x2_buf)
-            tma.store_wait(1)  # dh1 has left x1_buf
-            x1_buf.slice(0, ROWS).store(z_top)
-            x1_buf.slice(ROWS, ROWS).store(z_bottom)
-            fence_async_shared()
-            _tma_store(z_desc, [row_start, col_start], x1_buf)
+            glu_dh_store_late_z(g, x1_buf, x2_buf, dh1_desc, dh2_desc, z_desc, row_start, col_start, ACT, True)
         else:
             x1_buf = c_bufs.index(base)
             x2_buf = c_bufs.index(base + 1)
@@ -197,15 +189,14 @@ if __name__ == "__main__":
     rows = []
     torch.manual_seed(0)
     for tokens, d, hidden in SHAPES:
-        x, gy, w_up, w_gate, w_down, h = swiglu_dh_inputs(tokens, d, hidden)
-        lib = lambda: glu_ops.glu_backward_dh_impl(gy, x, w_up, w_gate, None, None, h, "silu", w_down, True)  # noqa
-        r = dict(shape=[tokens, d, hidden], lib=graph_us(lib))
-        ref_dh, _, ref_z = lib()
+        inputs = swiglu_dh_inputs(tokens, d, hidden)
+        _, gy, _, _, w_down, h = inputs
+        r = dict(shape=[tokens, d, hidden], lib=graph_us(lambda: swiglu_dh_library(inputs)))
+        ref_dh, _, ref_z = swiglu_dh_library(inputs)
         for name, variant in VARIANTS.items():
             dh, z = probe_dh(gy, w_down, h, variant)
             if variant[0] in (0, 3, 4):
-                r[name + "_maxdiff"] = max((dh.float() - ref_dh.float()).abs().max().item(),
-                                           (z.float() - ref_z.float()).abs().max().item())
+                r[name + "_maxdiff"] = max_abs_difference([(dh, ref_dh), (z, ref_z)])
             r[name] = graph_us(lambda: probe_dh(gy, w_down, h, variant))
         rows.append(r)
         print_sweep_row(r)

@@ -25,14 +25,13 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait,
-)
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
-import fusedmlp.ops.glu as glu_ops
-from fusedmlp.bench.harness import graph_us, print_sweep_row, swiglu_dh_inputs, write_sweep
+from fusedmlp.bench.harness import (
+    graph_us, max_abs_difference, print_sweep_row, swiglu_dh_inputs, swiglu_dh_library, write_sweep,
+)
 from fusedmlp.kernels.launch import launch
-from fusedmlp.kernels.pingpong import _tma_load, _tma_store, accumulator_layout, free_stage, glu_dh_late_z
+from fusedmlp.kernels.pingpong import _tma_load, accumulator_layout, free_stage, glu_dh_store_late_z
 from fusedmlp.ops._common import num_sms
 
 
@@ -73,7 +72,6 @@ def resident_consumer(h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, gy_bufs, b_b
                       ACT: gl.constexpr, STORE_Z: gl.constexpr, STAGES: gl.constexpr):
     BLOCK_M: gl.constexpr = gy_bufs.type.shape[1]
     BLOCK_N: gl.constexpr = dh1_desc.block_type.shape[1]
-    ROWS: gl.constexpr = BLOCK_M // 2
     acc_layout: gl.constexpr = accumulator_layout(BLOCK_N)
     row_start, first, count_tiles = unit_tiles(OUT, BLOCK_M, BLOCK_N, HSPLIT)
     x1_buf = c_bufs.index(2 * CONSUMER)
@@ -102,16 +100,7 @@ def resident_consumer(h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, gy_bufs, b_b
         g = warpgroup_mma_wait(num_outstanding=0, deps=(g,))
         mbarrier.arrive(empty.index(prev_stage), count=1)
         mbarrier.wait(bar, (i // 2) & 1)
-        z_top, z_bottom = glu_dh_late_z(g, x1_buf, x2_buf, ACT)
-        fence_async_shared()
-        _tma_store(dh1_desc, [row_start, col_start], x1_buf)
-        _tma_store(dh2_desc, [row_start, col_start], x2_buf)
-        if STORE_Z:
-            tma.store_wait(1)  # dh1 has left x1_buf
-            x1_buf.slice(0, ROWS).store(z_top)
-            x1_buf.slice(ROWS, ROWS).store(z_bottom)
-            fence_async_shared()
-            _tma_store(z_desc, [row_start, col_start], x1_buf)
+        glu_dh_store_late_z(g, x1_buf, x2_buf, dh1_desc, dh2_desc, z_desc, row_start, col_start, ACT, STORE_Z)
     tma.store_wait(0)
 
 
@@ -165,25 +154,21 @@ def resident_call(gy, w_down, h, store_z, hsplit=None, config=CONFIG):
     return dh, z
 
 
-def library_call(x, gy, w_up, w_gate, w_down, h, store_z):
-    return glu_ops.glu_backward_dh_impl(gy, x, w_up, w_gate, None, None, h, "silu", w_down, store_z)
-
-
 SHAPES = [(16384, 512, 1792), (8192, 512, 1792), (65536, 512, 1792), (16384, 256, 1024)]
 
 if __name__ == "__main__":
     rows = []
     torch.manual_seed(0)
     for tokens, d, hidden in SHAPES:
-        x, gy, w_up, w_gate, w_down, h = swiglu_dh_inputs(tokens, d, hidden)
+        inputs = swiglu_dh_inputs(tokens, d, hidden)
+        _, gy, _, _, w_down, h = inputs
         r = dict(shape=[tokens, d, hidden], cublas_g=graph_us(lambda: gy @ w_down))
-        ref_dh, _, ref_z = library_call(x, gy, w_up, w_gate, w_down, h, True)
+        ref_dh, _, ref_z = swiglu_dh_library(inputs)
         dh, z = resident_call(gy, w_down, h, True)
-        r["resident_maxdiff"] = max((dh.float() - ref_dh.float()).abs().max().item(),
-                                    (z.float() - ref_z.float()).abs().max().item())
+        r["resident_maxdiff"] = max_abs_difference([(dh, ref_dh), (z, ref_z)])
         for store_z in (True, False):
             suffix = "" if store_z else "_noz"
-            r["lib" + suffix] = graph_us(lambda: library_call(x, gy, w_up, w_gate, w_down, h, store_z))
+            r["lib" + suffix] = graph_us(lambda: swiglu_dh_library(inputs, store_z))
             r["resident" + suffix] = graph_us(lambda: resident_call(gy, w_down, h, store_z))
         for stages in (2, 3):
             config = dict(CONFIG, STAGES=stages)

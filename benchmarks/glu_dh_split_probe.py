@@ -22,7 +22,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma_wait
 
 import fusedmlp.ops.glu as glu_ops
-from fusedmlp.bench.harness import graph_us, print_sweep_row, swiglu_dh_inputs, write_sweep
+from fusedmlp.bench.harness import (
+    graph_us, max_abs_difference, print_sweep_row, swiglu_dh_inputs, swiglu_dh_library, write_sweep,
+)
 from fusedmlp.kernels.pingpong import (
     _tma_load, _tma_store, accumulator_layout, consumer_barriers, free_stage, glu_dh_from_buffers, pingpong_setup,
     program_tiles, ring_mma_steps, tile_start,
@@ -158,9 +160,9 @@ if __name__ == "__main__":
     rows = []
     torch.manual_seed(0)
     for tokens, d, hidden in SHAPES:
-        x, gy, w_up, w_gate, w_down, h = swiglu_dh_inputs(tokens, d, hidden)
-        lib = lambda store_z=True: glu_ops.glu_backward_dh_impl(gy, x, w_up, w_gate, None, None, h, "silu",  # noqa: E731
-                                                                w_down, store_z)
+        inputs = swiglu_dh_inputs(tokens, d, hidden)
+        _, gy, _, _, w_down, h = inputs
+        lib = lambda store_z=True: swiglu_dh_library(inputs, store_z)  # noqa: E731
         moved = tokens * 5 * hidden * 2  # h read, dh and z written (gy is read once more; small)
         src = torch.empty(tokens * 5 * hidden // 2, device="cuda", dtype=h.dtype)
         dst = torch.empty_like(src)
@@ -170,15 +172,13 @@ if __name__ == "__main__":
         ref_dh, _, ref_z = lib()
         for name, c in cfgs.items():
             dh, z = split_dh(gy, w_down, h, c)
-            r[name + "_maxdiff"] = max((dh.float() - ref_dh.float()).abs().max().item(),
-                                       (z.float() - ref_z.float()).abs().max().item())
+            r[name + "_maxdiff"] = max_abs_difference([(dh, ref_dh), (z, ref_z)])
             r[name] = graph_us(lambda: split_dh(gy, w_down, h, c))
         base = glu_ops.GLU_DH_ROTATING_CONFIG
         for name, c in alt_cfgs.items():  # the library's 128 x 64 kernel with finer ring stages
             glu_ops.GLU_DH_ROTATING_CONFIG, glu_ops.GLU_DH_PINGPONG_MAX_K = dict(base, **c), 1 << 30
             dh, _, z = lib()
-            r[name + "_maxdiff"] = max((dh.float() - ref_dh.float()).abs().max().item(),
-                                       (z.float() - ref_z.float()).abs().max().item())
+            r[name + "_maxdiff"] = max_abs_difference([(dh, ref_dh), (z, ref_z)])
             r[name] = graph_us(lib)
             glu_ops.GLU_DH_ROTATING_CONFIG, glu_ops.GLU_DH_PINGPONG_MAX_K = base, max_k
         for name in ["lib", "copy_same_bytes"] + list(cfgs) + list(alt_cfgs):

@@ -17,7 +17,7 @@ The products' results are checked against the sequential ones (max abs differenc
 """
 import torch
 
-from fusedmlp.bench.harness import graph_us, print_sweep_row, swiglu_dh_inputs, write_sweep
+from fusedmlp.bench.harness import graph_us, max_abs_difference, print_sweep_row, swiglu_dh_inputs, write_sweep
 from fusedmlp.ops._common import fork_join
 from fusedmlp.ops.swiglu import _input_grad
 
@@ -64,8 +64,7 @@ if __name__ == "__main__":
                 t.zero_()
             form()
             torch.cuda.synchronize()
-            r[name + "_maxdiff"] = max((t.float() - ref.float()).abs().max().item()
-                                       for t, ref in zip((grad_down, grad_pair, grad_x), reference))
+            r[name + "_maxdiff"] = max_abs_difference(zip((grad_down, grad_pair, grad_x), reference))
             r[name] = graph_us(form)
         r["seq_again"] = graph_us(forms["seq"])  # the clock's drift over the forms
         rows.append(r)

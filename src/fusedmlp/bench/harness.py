@@ -126,6 +126,20 @@ def swiglu_dh_inputs(tokens: int, d: int, hidden: int, dtype=torch.bfloat16):
     return x, gy, w_up, w_gate, w_down, h
 
 
+def swiglu_dh_library(inputs: tuple, store_z: bool = True):
+    """The library's store-mode dh on ``swiglu_dh_inputs``' tensors (``glu_backward_dh_impl``,
+    silu, g formed from gy and w_down): (dh, db, z). The reference of the dh kernel sweeps."""
+    from ..ops.glu import glu_backward_dh_impl
+
+    x, gy, w_up, w_gate, w_down, h = inputs
+    return glu_backward_dh_impl(gy, x, w_up, w_gate, None, None, h, "silu", w_down, store_z)
+
+
+def max_abs_difference(pairs) -> float:
+    """The largest |a - b| over the (a, b) tensor pairs, in fp32 (a sweep's check of its outputs)."""
+    return max((a.float() - b.float()).abs().max().item() for a, b in pairs)
+
+
 def graph_us(fn, rep_ms: int | None = None) -> float:
     """Median microseconds of ``fn`` replayed in a CUDA graph (kernel time, no host time),
     after one eager call (compiles, tunes); ``rep_ms`` defaults to $REP_MS, else 200. For

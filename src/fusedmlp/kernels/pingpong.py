@@ -458,15 +458,25 @@ def glu_dh_from_buffers(g, x1_buf, x2_buf, z_buf, ACT: gl.constexpr, STORE_Z: gl
 
 
 @gluon.jit
-def glu_dh_late_z(g, x1_buf, x2_buf, ACT: gl.constexpr):
-    """``glu_dh_from_buffers`` without z's buffer: z returned in 16 bits (its two row halves,
-    in registers), for the caller to write over dh1's buffer once dh1's store has read it."""
+def glu_dh_store_late_z(g, x1_buf, x2_buf, dh1_desc, dh2_desc, z_desc, row_start, col_start, ACT: gl.constexpr,
+                        STORE_Z: gl.constexpr):
+    """``glu_dh_from_buffers`` without z's buffer, and the tile's stores: dh1 and dh2 out by TMA
+    from the buffers they were written over, then (STORE_Z) z, held in registers in 16 bits
+    meanwhile, written over dh1's buffer once dh1's store has read it and stored from there."""
     ROWS: gl.constexpr = g.shape[0] // 2
     row_layout: gl.constexpr = accumulator_layout(g.shape[1])
     g_rows = split_row_halves(g, row_layout)
     z_top = glu_dh_rows(g_rows[0], x1_buf.slice(0, ROWS), x2_buf.slice(0, ROWS), row_layout, ACT)
     z_bottom = glu_dh_rows(g_rows[1], x1_buf.slice(ROWS, ROWS), x2_buf.slice(ROWS, ROWS), row_layout, ACT)
-    return z_top, z_bottom
+    fence_async_shared()
+    _tma_store(dh1_desc, [row_start, col_start], x1_buf)
+    _tma_store(dh2_desc, [row_start, col_start], x2_buf)
+    if STORE_Z:
+        tma.store_wait(1)  # dh1 has left x1_buf
+        x1_buf.slice(0, ROWS).store(z_top)
+        x1_buf.slice(ROWS, ROWS).store(z_bottom)
+        fence_async_shared()
+        _tma_store(z_desc, [row_start, col_start], x1_buf)
 
 
 @gluon.jit
@@ -482,12 +492,11 @@ def rotating_glu_dh_consumer(
     (``glu_dh_from_buffers``'s formulas). With three, two consumers' epilogues (h in, dh and
     z out) run under the third's main loop. Two buffers per consumer (``c_bufs[2 * CONSUMER
     ...]``): h's halves in, dh1 and dh2 out over them, then z over dh1's once dh1 has left
-    (``glu_dh_late_z``). The turn barriers' phases are exact for the same reason as
+    (``glu_dh_store_late_z``). The turn barriers' phases are exact for the same reason as
     ``pingpong_mainloop``'s: no consumer runs more than one turn ahead of its predecessor."""
     BLOCK_M: gl.constexpr = a_bufs.type.shape[1]
     BLOCK_K: gl.constexpr = a_bufs.type.shape[2]
     BLOCK_N: gl.constexpr = dh1_desc.block_type.shape[1]
-    ROWS: gl.constexpr = BLOCK_M // 2
     acc_layout: gl.constexpr = accumulator_layout(BLOCK_N)
     FIRST: gl.constexpr = 1 if CONSUMER == 0 else 0
     x1_buf = c_bufs.index(2 * CONSUMER)
@@ -510,16 +519,7 @@ def rotating_glu_dh_consumer(
         g = warpgroup_mma_wait(num_outstanding=0, deps=(g,))
         mbarrier.arrive(empty.index(last_stage), count=1)
         mbarrier.wait(bar, turn_round & 1)
-        z_top, z_bottom = glu_dh_late_z(g, x1_buf, x2_buf, ACT)
-        fence_async_shared()
-        _tma_store(dh1_desc, [row_start, col_start], x1_buf)
-        _tma_store(dh2_desc, [row_start, col_start], x2_buf)
-        if STORE_Z:
-            tma.store_wait(1)  # dh1 has left x1_buf
-            x1_buf.slice(0, ROWS).store(z_top)
-            x1_buf.slice(ROWS, ROWS).store(z_bottom)
-            fence_async_shared()
-            _tma_store(z_desc, [row_start, col_start], x1_buf)
+        glu_dh_store_late_z(g, x1_buf, x2_buf, dh1_desc, dh2_desc, z_desc, row_start, col_start, ACT, STORE_Z)
     tma.store_wait(0)
 
 
