@@ -14,7 +14,7 @@ import sys
 import torch
 import fusedmlp.ops._common as common
 import fusedmlp.ops.glu as glu_ops
-from fusedmlp.bench.harness import graph_us, print_sweep_row, swiglu_dh_inputs, write_sweep
+from fusedmlp.bench.harness import graph_us, max_abs_difference, print_sweep_row, swiglu_dh_inputs, write_sweep
 
 bases = {"n": dict(glu_ops.GLU_DH_ROTATING_CONFIG), "w": dict(glu_ops.GLU_DH_WIDE_PINGPONG_CONFIG)}
 max_ks = {"n": 1 << 30, "w": 0}  # the narrow kernel's limit: which of the two runs
@@ -44,8 +44,7 @@ for tokens, d, hidden in SHAPES:
                 dict(bases[kind], **c))
         glu_ops.GLU_DH_PINGPONG_MAX_K = max_ks[kind]
         dh, _, z = call()
-        r[name + "_maxdiff"] = max((dh.float() - ref_dh.float()).abs().max().item(),
-                                   (z.float() - ref_z.float()).abs().max().item())
+        r[name + "_maxdiff"] = max_abs_difference([(dh, ref_dh), (z, ref_z)])
         r[name] = graph_us(call)
     rows.append(r)
     print_sweep_row(r)

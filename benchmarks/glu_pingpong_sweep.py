@@ -12,7 +12,7 @@ import os, sys
 import torch
 import fusedmlp.ops._common as common
 import fusedmlp.ops.glu as glu_ops
-from fusedmlp.bench.harness import graph_us, print_sweep_row, write_sweep
+from fusedmlp.bench.harness import graph_us, max_abs_difference, print_sweep_row, write_sweep
 from fusedmlp.ops.glu import glu_forward_impl
 base, coop_base = dict(glu_ops.GLU_PINGPONG_CONFIG), dict(glu_ops.GLU_COOPERATIVE_CONFIG)
 # BLOCK_N is per weight: the consumers' MMA is BLOCK_M x 2 * BLOCK_N
@@ -52,7 +52,7 @@ for M, K, OUT, act in SHAPES:
         # the named config whichever form the library would pick
         glu_ops.GLU_PINGPONG_CONFIG = glu_ops.GLU_COOPERATIVE_CONFIG = dict(base, **c)
         y, h = glu_forward_impl(x, w1, w2, b1, b2, act, True)
-        r[name + "_maxdiff"] = max((y.float() - ref[0].float()).abs().max().item(), (h.float() - ref[1].float()).abs().max().item())
+        r[name + "_maxdiff"] = max_abs_difference([(y, ref[0]), (h, ref[1])])
         r[name] = t(lambda: glu_forward_impl(x, w1, w2, b1, b2, act, False))
         r[name + "_store"] = t(lambda: glu_forward_impl(x, w1, w2, b1, b2, act, True))
     glu_ops.GLU_PINGPONG_CONFIG, glu_ops.GLU_COOPERATIVE_CONFIG = base, coop_base

@@ -15,7 +15,7 @@ import sys
 import torch
 import fusedmlp.ops._common as common
 import fusedmlp.ops.glu as glu_ops
-from fusedmlp.bench.harness import graph_us, print_sweep_row, write_sweep
+from fusedmlp.bench.harness import graph_us, max_abs_difference, print_sweep_row, write_sweep
 
 base = dict(glu_ops.GLU_DH_RECOMPUTE_PINGPONG_CONFIG)
 cfgs = {f"n{n}s{s}g{g}" + ("r240" if r else ""): dict(BLOCK_N=n, STAGES=s, GROUP_M=g,
@@ -48,8 +48,7 @@ for n, d in SHAPES:
     for name, c in cfgs.items():
         glu_ops.GLU_DH_RECOMPUTE_PINGPONG_CONFIG = dict(base, **c)
         dh, db, _ = call()
-        r[name + "_maxdiff"] = max((dh.float() - ref_dh.float()).abs().max().item(),
-                                   (db - ref_db).abs().max().item())
+        r[name + "_maxdiff"] = max_abs_difference([(dh, ref_dh), (db, ref_db)])
         r[name] = graph_us(call)
     glu_ops.GLU_DH_RECOMPUTE_PINGPONG_CONFIG = base
     rows.append(r)

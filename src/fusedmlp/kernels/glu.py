@@ -48,7 +48,7 @@ from .activations import activation, activation_value_and_grad
 from .gemm import persistent_tile, stream_row_block, tile_indices, xwT_mainloop, xwT_mainloop_tma
 from .pingpong import (
     consumer_barriers, pingpong_consumer, pingpong_glu_dh_recompute_consumer, pingpong_glu_dh_wide_consumer,
-    pingpong_loader, pingpong_setup, rotating_glu_dh_consumer, rotation_barriers,
+    pingpong_loader, pingpong_setup, rotating_glu_dh_consumer,
 )
 
 
@@ -321,10 +321,10 @@ def glu_bwd_dh_rotating_kernel(
     (H200, 16384 x 512 -> 1792, CUDA graphs): 111.9 against 118.5 us, 428.3 against 472.9 at
     65536 tokens (benchmarks/NOTES.md, "The dh kernel at d = 512: what bounds it")."""
     CONSUMERS: gl.constexpr = 3
-    # pingpong_setup's 2 * OUT_BUFS output buffers: two per consumer
-    a_bufs, b_bufs, c_bufs, ready, empty, _ = pingpong_setup(gy_desc, wd_desc, dh1_desc, STAGES, False, CONSUMERS,
-                                                             False)
-    turn, h_ready = rotation_barriers(CONSUMERS)
+    # two output buffers per consumer
+    a_bufs, b_bufs, c_bufs, ready, empty, turn = pingpong_setup(gy_desc, wd_desc, dh1_desc, STAGES, False, 2, False,
+                                                                CONSUMERS)
+    h_ready = consumer_barriers(CONSUMERS)
     gl.warp_specialize([
         (rotating_glu_dh_consumer, (h1_desc, h2_desc, dh1_desc, dh2_desc, z_desc, a_bufs, b_bufs, c_bufs, ready, empty,
                                     turn, h_ready, M, OUT, KG, 0, CONSUMERS, ACT, STORE_Z, GROUP_M, STAGES)),

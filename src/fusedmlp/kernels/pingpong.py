@@ -629,11 +629,12 @@ def pingpong_dpre_consumer(
 
 @gluon.jit
 def pingpong_setup(x_desc, w_desc, out_desc, STAGES: gl.constexpr, PAIRED: gl.constexpr, OUT_BUFS: gl.constexpr,
-                   COOPERATIVE: gl.constexpr):
+                   COOPERATIVE: gl.constexpr, CONSUMERS: gl.constexpr = 2):
     """Shared memory of a ping-pong kernel: the ring (x tiles of ``x_desc``'s block shape,
     weight tiles of ``w_desc``'s, ``[2 * BLOCK_N, BLOCK_K]`` if PAIRED), ``OUT_BUFS`` output
     buffers per consumer (consumer c's are ``c * OUT_BUFS ...``; of ``out_desc``'s block shape,
-    dtype and layout), barriers (with COOPERATIVE, a stage is freed by both consumers)."""
+    dtype and layout), barriers (with COOPERATIVE, a stage is freed by both consumers; one turn
+    barrier per consumer, which its predecessor arrives on after its main loop)."""
     BLOCK_M: gl.constexpr = out_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = out_desc.block_type.shape[1]
     a_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
@@ -642,39 +643,24 @@ def pingpong_setup(x_desc, w_desc, out_desc, STAGES: gl.constexpr, PAIRED: gl.co
                                            w_desc.layout)
     else:
         b_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
-    c_bufs = gl.allocate_shared_memory(out_desc.dtype, [2 * OUT_BUFS, BLOCK_M, BLOCK_N], out_desc.layout)
+    c_bufs = gl.allocate_shared_memory(out_desc.dtype, [CONSUMERS * OUT_BUFS, BLOCK_M, BLOCK_N], out_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    turn = consumer_barriers(CONSUMERS)
     for stage in gl.static_range(STAGES):
         mbarrier.init(ready.index(stage), count=1)
         mbarrier.init(empty.index(stage), count=2 if COOPERATIVE else 1)
-    for consumer in gl.static_range(2):
-        mbarrier.init(turn.index(consumer), count=1)
     return a_bufs, b_bufs, c_bufs, ready, empty, turn
 
 
 @gluon.jit
-def consumer_barriers():
-    """One mbarrier per consumer, for what it copies in besides the ring (e.g. a dh kernel's
-    tile of h or g)."""
-    bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for consumer in gl.static_range(2):
+def consumer_barriers(CONSUMERS: gl.constexpr = 2):
+    """One mbarrier per consumer, each with one arrival: a turn (``pingpong_setup``), or what the
+    consumer copies in besides the ring (e.g. a dh kernel's tile of h or g)."""
+    bars = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    for consumer in gl.static_range(CONSUMERS):
         mbarrier.init(bars.index(consumer), count=1)
     return bars
-
-
-@gluon.jit
-def rotation_barriers(CONSUMERS: gl.constexpr):
-    """(turn, in_ready) for ``CONSUMERS`` consumers taking turns (``rotating_glu_dh_consumer``):
-    per consumer, the barrier its predecessor arrives on after its main loop, and one for what
-    it copies in besides the ring."""
-    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
-    in_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
-    for consumer in gl.static_range(CONSUMERS):
-        mbarrier.init(turn.index(consumer), count=1)
-        mbarrier.init(in_ready.index(consumer), count=1)
-    return turn, in_ready
 
 
 @gluon.constexpr_function
