@@ -89,6 +89,8 @@ def _plot_bars(env, rows, json_path, png_path, plt):
     impls = list(dict.fromkeys(r["impl"] for r in rows))
     shapes = list(dict.fromkeys(tuple(r["shape"].values()) for r in rows))
     labels = ["x".join(map(str, s)) for s in shapes]
+    # long labels (mlp's 2048x13-512-256-64-16) run into each other level: tilt them
+    tilted = {"rotation": 25, "ha": "right"} if max(map(len, labels)) > 12 else {}
     values = {(tuple(r["shape"].values()), r["mode"], r["impl"]): r for r in rows}
     fig, axes = plt.subplots(2, len(modes), figsize=(4.5 * len(modes), 6.4), squeeze=False)
     width = 0.8 / len(impls)
@@ -103,7 +105,8 @@ def _plot_bars(env, rows, json_path, png_path, plt):
                     continue
                 ax.bar([i + k * width for i in range(len(shapes))], heights, width, label=impl,
                        color=colors[k % len(colors)])  # one colour per impl in every panel
-            ax.set_xticks([i + 0.4 - width / 2 for i in range(len(shapes))], labels, fontsize=7)
+            ax.set_xticks([i + 0.4 - width / 2 for i in range(len(shapes))], labels, fontsize=7,
+                          **tilted)
             ax.set_yscale("log")
             ax.set_title(f"{mode}: {title}", fontsize=9)
             ax.tick_params(labelsize=7)
