@@ -865,7 +865,7 @@ def test_generic_summary_and_bar_plot(tmp_path):
     assert lines["fwd"]["fused_graph/eager"] == pytest.approx(0.05 / 0.2)
     assert lines["bwd"]["fused_graph ms"] is None and lines["bwd"]["fused_graph/compile_graph"] is None
     assert all("fused_graph" in suite.IMPLS and "compile_graph" in suite.PEERS
-               for suite in (swiglu_suite, linear_act_suite, lora_suite, glu_suite))
+               for suite in (swiglu_suite, linear_act_suite, lora_suite, glu_suite, mlp_suite))
     png = plot_results(json_path)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # labels as long as mlp's shapes are drawn tilted (matplotlib takes the text properties)

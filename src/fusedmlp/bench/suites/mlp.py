@@ -16,6 +16,8 @@ Implementations, side by side in one run on one device:
     cuda_graph       eager captured in a CUDA graph once per mode and replayed: no launch or
                      host overhead at all, the honest peer for small batches (its peak memory
                      is the graph's private pool, allocated at capture, so it reads as 0 here)
+    compile_graph    compile captured and replayed the same way: fused_graph's compile peer,
+                     where plain calls at small batches time the host
 
 TFLOP/s counts the stack's GEMM work: 2 * batch * (weights) per GEMM, 1 forward, 3 fwd+bwd.
 """
@@ -37,8 +39,8 @@ SHAPE_PRESETS = {
     "full": [(b, *s) for s in (DLRM_BOTTOM, DLRM_TOP) for b in (2048, 4096, 8192, 16384, 32768, 65536)],
 }
 DEFAULT_SHAPES = SHAPE_PRESETS["default"]
-IMPLS = ("fused", "fused_recompute", "fused_graph", "eager", "compile", "compile_max", "cuda_graph")
-PEERS = ("eager", "compile", "compile_max", "cuda_graph")
+IMPLS = ("fused", "fused_recompute", "fused_graph", "eager", "compile", "compile_max", "cuda_graph", "compile_graph")
+PEERS = ("eager", "compile", "compile_max", "cuda_graph", "compile_graph")
 MODES = ("fwd", "fwd+bwd")
 
 
