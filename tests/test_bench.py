@@ -870,7 +870,8 @@ def test_generic_summary_and_bar_plot(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # labels as long as mlp's shapes are drawn tilted (matplotlib takes the text properties)
     long_rows = [harness.Measurement("mlp", {"batch": 2048, "sizes": "13-512-256-64-16"}, "bfloat16", impl, mode,
-                                     ms=0.1, peak_mib=1.0) for mode in ("fwd", "fwd+bwd") for impl in ("fused", "eager")]
+                                     ms=0.1, peak_mib=1.0)
+                 for mode in ("fwd", "fwd+bwd") for impl in ("fused", "eager")]
     harness.write_json(tmp_path / "mlp.json", harness.environment(), long_rows)
     assert plot_results(tmp_path / "mlp.json").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

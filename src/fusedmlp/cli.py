@@ -380,8 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "quack-kernels are installed; quack runs the forward alone in geglu and linear_act); lora: fused,fused_in_loop,eager,compile,"
                             "compile_max,gemm,fused_graph,eager_graph,compile_graph (*_graph: the step replayed from a "
                             "CUDA graph, fwd and fwd+bwd); add_mul_act: fused_triton,fused_cuda,eager,"
-                            "compile; mlp: fused,fused_recompute,fused_graph,eager,compile,compile_max,cuda_graph,compile_graph; "
-                            "dlrm: fused,"
+                            "compile; mlp: fused,fused_recompute,fused_graph,eager,compile,compile_max,cuda_graph,"
+                            "compile_graph; dlrm: fused,"
                             "fused_graph,eager,eager_sparse,compile,eager_graph,compile_graph")
     bench.add_argument("--activation", default=None,
                        help="linear_act: the activation every impl applies (identity, relu, squared_relu, gelu, "
