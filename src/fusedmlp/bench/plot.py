@@ -89,7 +89,7 @@ def _plot_bars(env, rows, json_path, png_path, plt):
     impls = list(dict.fromkeys(r["impl"] for r in rows))
     shapes = list(dict.fromkeys(tuple(r["shape"].values()) for r in rows))
     labels = ["x".join(map(str, s)) for s in shapes]
-    # long labels (mlp's 2048x13-512-256-64-16) run into each other level: tilt them
+    # long labels (mlp's 2048x13-512-256-64-16) overlap when drawn level: tilt them
     tilted = {"rotation": 25, "ha": "right"} if max(map(len, labels)) > 12 else {}
     values = {(tuple(r["shape"].values()), r["mode"], r["impl"]): r for r in rows}
     fig, axes = plt.subplots(2, len(modes), figsize=(4.5 * len(modes), 6.4), squeeze=False)
