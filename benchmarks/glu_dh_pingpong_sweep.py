@@ -11,10 +11,9 @@ difference of dh and z: g is rounded to bf16 on the two-step path only). Argumen
 shapes of the named d's, and only the named configs.
 """
 import sys
-import torch
 import fusedmlp.ops._common as common
 import fusedmlp.ops.glu as glu_ops
-from fusedmlp.bench.harness import graph_us, max_abs_difference, print_sweep_row, swiglu_dh_inputs, write_sweep
+from fusedmlp.bench.harness import graph_us, max_abs_difference, print_sweep_row, swiglu_dh_cases, write_sweep
 
 bases = {"n": dict(glu_ops.GLU_DH_ROTATING_CONFIG), "w": dict(glu_ops.GLU_DH_WIDE_PINGPONG_CONFIG)}
 max_ks = {"n": 1 << 30, "w": 0}  # the narrow kernel's limit: which of the two runs
@@ -29,9 +28,7 @@ if len(sys.argv) > 1:
 
 
 rows = []
-torch.manual_seed(0)
-for tokens, d, hidden in SHAPES:
-    x, gy, w_up, w_gate, w_down, h = swiglu_dh_inputs(tokens, d, hidden)
+for (tokens, d, hidden), (x, gy, w_up, w_gate, w_down, h) in swiglu_dh_cases(SHAPES):
     call = lambda: glu_ops.glu_backward_dh_impl(gy, x, w_up, w_gate, None, None, h, "silu", w_down, True)  # noqa: E731
     r = dict(shape=[tokens, d, hidden], cublas_g=graph_us(lambda: gy @ w_down))
     common.PINGPONG = False

@@ -28,13 +28,14 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from fusedmlp.bench.harness import (
-    graph_us, max_abs_difference, print_sweep_row, swiglu_dh_inputs, swiglu_dh_library, write_sweep,
+    graph_us, max_abs_difference, print_sweep_row, swiglu_dh_cases, swiglu_dh_library, write_sweep,
 )
 from fusedmlp.kernels.pingpong import (
     _tma_load, _tma_store, accumulator_layout, glu_dh_store_late_z, glu_dh_rows, pingpong_loader, pingpong_mainloop,
     pingpong_setup, program_tiles, split_row_halves, tile_start,
 )
 from fusedmlp.ops._common import launch_pingpong, num_sms
+from fusedmlp.ops.glu import dh_halves_of, dh_kernel_descriptors
 
 
 @gluon.jit
@@ -179,17 +180,14 @@ def probe_dh(gy, w_down, h, variant):
     z = torch.empty((m, out), dtype=h.dtype, device=h.device)
     config = dict(BASE_CONFIG, STAGES=stages, BLOCK_K=block_k, MODE=mode, Z_GLOBAL=z_global, BUFS=bufs)
     launch_pingpong(probe_kernel, config, m, out, num_sms(h), {"gy_desc": gy}, {},
-                    {"h1_desc": h[:, :out], "h2_desc": h[:, out:], "dh1_desc": dh[:, :out], "dh2_desc": dh[:, out:],
-                     "z_desc": z}, {"wd_desc": w_down}, z_ptr=z, stride_zm=z.stride(0), M=m, OUT=out, KG=gy.shape[1],
-                    ACT="silu")
+                    dh_kernel_descriptors(h, dh_halves_of(dh, out), z), {"wd_desc": w_down},
+                    z_ptr=z, stride_zm=z.stride(0), M=m, OUT=out, KG=gy.shape[1], ACT="silu")
     return dh, z
 
 
 if __name__ == "__main__":
     rows = []
-    torch.manual_seed(0)
-    for tokens, d, hidden in SHAPES:
-        inputs = swiglu_dh_inputs(tokens, d, hidden)
+    for (tokens, d, hidden), inputs in swiglu_dh_cases(SHAPES):
         _, gy, _, _, w_down, h = inputs
         r = dict(shape=[tokens, d, hidden], lib=graph_us(lambda: swiglu_dh_library(inputs)))
         ref_dh, _, ref_z = swiglu_dh_library(inputs)

@@ -28,11 +28,12 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
 from fusedmlp.bench.harness import (
-    graph_us, max_abs_difference, print_sweep_row, swiglu_dh_inputs, swiglu_dh_library, write_sweep,
+    graph_us, max_abs_difference, print_sweep_row, swiglu_dh_cases, swiglu_dh_library, write_sweep,
 )
 from fusedmlp.kernels.launch import launch
 from fusedmlp.kernels.pingpong import _tma_load, accumulator_layout, free_stage, glu_dh_store_late_z
 from fusedmlp.ops._common import num_sms
+from fusedmlp.ops.glu import dh_halves_of, dh_kernel_descriptors
 
 
 @gluon.jit
@@ -146,8 +147,8 @@ def resident_call(gy, w_down, h, store_z, hsplit=None, config=CONFIG):
     if hsplit is None:  # enough programs for the SMs, at most one share per tile
         hsplit = max(1, min(triton.cdiv(out, BLOCK_N), round(num_sms(h) / row_blocks)))
     tile = (BLOCK_M, BLOCK_N)
-    launch(glu_bwd_dh_resident_kernel, (row_blocks * hsplit,), gy_desc=gy, wd_desc=w_down, h1_desc=h[:, :out],
-           h2_desc=h[:, out:], dh1_desc=dh[:, :out], dh2_desc=dh[:, out:], z_desc=z if store_z else dh[:, :out],
+    launch(glu_bwd_dh_resident_kernel, (row_blocks * hsplit,), gy_desc=gy, wd_desc=w_down,
+           **dh_kernel_descriptors(h, dh_halves_of(dh, out), z if store_z else dh[:, :out]),
            OUT=out, K_TILES=triton.cdiv(kg, BLOCK_K), HSPLIT=hsplit, ACT="silu", STORE_Z=store_z, **config,
            descriptor_blocks=dict(gy_desc=(BLOCK_M, BLOCK_K), wd_desc=(BLOCK_K, BLOCK_N), h1_desc=tile,
                                   h2_desc=tile, dh1_desc=tile, dh2_desc=tile, z_desc=tile))
@@ -158,9 +159,7 @@ SHAPES = [(16384, 512, 1792), (8192, 512, 1792), (65536, 512, 1792), (16384, 256
 
 if __name__ == "__main__":
     rows = []
-    torch.manual_seed(0)
-    for tokens, d, hidden in SHAPES:
-        inputs = swiglu_dh_inputs(tokens, d, hidden)
+    for (tokens, d, hidden), inputs in swiglu_dh_cases(SHAPES):
         _, gy, _, _, w_down, h = inputs
         r = dict(shape=[tokens, d, hidden], cublas_g=graph_us(lambda: gy @ w_down))
         ref_dh, _, ref_z = swiglu_dh_library(inputs)

@@ -15,7 +15,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from fusedmlp.bench.harness import (
-    graph_us, max_abs_difference, print_sweep_row, swiglu_dh_inputs, swiglu_dh_library, write_sweep,
+    graph_us, max_abs_difference, print_sweep_row, swiglu_dh_cases, swiglu_dh_library, write_sweep,
 )
 from fusedmlp.kernels.activations import activation_value_and_grad
 from fusedmlp.kernels.configs import GLU_DH_ROTATING_CONFIG
@@ -25,6 +25,7 @@ from fusedmlp.kernels.pingpong import (
     program_tiles, tile_start,
 )
 from fusedmlp.ops._common import launch_pingpong, num_sms
+from fusedmlp.ops.glu import dh_halves_of, dh_kernel_descriptors
 
 # The two-consumer kernel as the library had it until 2026-11-29 (its config, consumer and kernel).
 TWO_CONSUMER_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "STAGES": 5, "GROUP_M": 1,
@@ -99,17 +100,15 @@ def dh_call(name, gy, w_down, h, store_z):
     dh = torch.empty_like(h)
     z = torch.empty((m, out) if store_z else (0,), dtype=h.dtype, device=h.device)
     launch_pingpong(kernel, config, m, out, num_sms(h), {"gy_desc": gy}, {},
-                    {"h1_desc": h[:, :out], "h2_desc": h[:, out:], "dh1_desc": dh[:, :out], "dh2_desc": dh[:, out:],
-                     "z_desc": z if store_z else dh[:, :out]}, {"wd_desc": w_down},
+                    dh_kernel_descriptors(h, dh_halves_of(dh, out), z if store_z else dh[:, :out]),
+                    {"wd_desc": w_down},
                     M=m, OUT=out, KG=gy.shape[1], ACT="silu", STORE_Z=store_z)
     return dh, z
 
 
 if __name__ == "__main__":
     rows = []
-    torch.manual_seed(0)
-    for tokens, d, hidden in SHAPES:
-        inputs = swiglu_dh_inputs(tokens, d, hidden)
+    for (tokens, d, hidden), inputs in swiglu_dh_cases(SHAPES):
         _, gy, _, _, w_down, h = inputs
         r = dict(shape=[tokens, d, hidden], cublas_g=graph_us(lambda: gy @ w_down),
                  lib=graph_us(lambda: swiglu_dh_library(inputs)))

@@ -23,7 +23,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 import fusedmlp.ops.glu as glu_ops
 from fusedmlp.bench.harness import (
-    graph_us, max_abs_difference, print_sweep_row, swiglu_dh_inputs, swiglu_dh_library, write_sweep,
+    graph_us, max_abs_difference, print_sweep_row, swiglu_dh_cases, swiglu_dh_library, write_sweep,
 )
 from fusedmlp.kernels.pingpong import (
     _tma_load, _tma_store, accumulator_layout, consumer_barriers, free_stage, glu_dh_from_buffers, pingpong_setup,
@@ -149,8 +149,7 @@ def split_dh(gy, w_down, h, config):
     z = torch.empty((m, out), dtype=h.dtype, device=h.device)
     c = dict(GLU_DH_SPLIT_CONFIG, **config)
     launch_pingpong(glu_bwd_dh_split_kernel, c, m, out, num_sms(h), {"gy_desc": gy}, {},
-                    {"h1_desc": h[:, :out], "h2_desc": h[:, out:], "dh1_desc": dh[:, :out], "dh2_desc": dh[:, out:],
-                     "z_desc": z},
+                    glu_ops.dh_kernel_descriptors(h, glu_ops.dh_halves_of(dh, out), z),
                     other_descs={"wd_half_desc": (w_down, (c["BLOCK_K"], c["EPILOGUE_N"]))},
                     M=m, OUT=out, KG=gy.shape[1], ACT="silu", STORE_Z=True)
     return dh, z
@@ -158,9 +157,7 @@ def split_dh(gy, w_down, h, config):
 
 if __name__ == "__main__":
     rows = []
-    torch.manual_seed(0)
-    for tokens, d, hidden in SHAPES:
-        inputs = swiglu_dh_inputs(tokens, d, hidden)
+    for (tokens, d, hidden), inputs in swiglu_dh_cases(SHAPES):
         _, gy, _, _, w_down, h = inputs
         lib = lambda store_z=True: swiglu_dh_library(inputs, store_z)  # noqa: E731
         moved = tokens * 5 * hidden * 2  # h read, dh and z written (gy is read once more; small)

@@ -17,7 +17,7 @@ The products' results are checked against the sequential ones (max abs differenc
 """
 import torch
 
-from fusedmlp.bench.harness import graph_us, max_abs_difference, print_sweep_row, swiglu_dh_inputs, write_sweep
+from fusedmlp.bench.harness import graph_us, max_abs_difference, print_sweep_row, swiglu_dh_cases, write_sweep
 from fusedmlp.ops._common import fork_join
 from fusedmlp.ops.swiglu import _input_grad
 
@@ -25,9 +25,7 @@ SHAPES = [(16384, 512, 1792), (8192, 512, 1792), (65536, 512, 1792), (16384, 102
 
 if __name__ == "__main__":
     rows = []
-    torch.manual_seed(0)
-    for tokens, d, hidden in SHAPES:
-        x, gy, w_up, w_gate, w_down, dh = swiglu_dh_inputs(tokens, d, hidden)
+    for (tokens, d, hidden), (x, gy, w_up, w_gate, w_down, dh) in swiglu_dh_cases(SHAPES):
         z = torch.randn(tokens, hidden, device="cuda", dtype=dh.dtype)
         grad_down = torch.empty(d, hidden, device="cuda", dtype=dh.dtype)
         grad_pair = torch.empty(2 * hidden, d, device="cuda", dtype=dh.dtype)

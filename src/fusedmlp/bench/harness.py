@@ -126,6 +126,14 @@ def swiglu_dh_inputs(tokens: int, d: int, hidden: int, dtype=torch.bfloat16):
     return x, gy, w_up, w_gate, w_down, h
 
 
+def swiglu_dh_cases(shapes):
+    """``((tokens, d, hidden), swiglu_dh_inputs(tokens, d, hidden))`` for each shape, drawn one
+    after another after ``torch.manual_seed(0)``: the dh sweeps' inputs, the same on every run."""
+    torch.manual_seed(0)
+    for tokens, d, hidden in shapes:
+        yield (tokens, d, hidden), swiglu_dh_inputs(tokens, d, hidden)
+
+
 def swiglu_dh_library(inputs: tuple, store_z: bool = True):
     """The library's store-mode dh on ``swiglu_dh_inputs``' tensors (``glu_backward_dh_impl``,
     silu, g formed from gy and w_down): (dh, db, z). The reference of the dh kernel sweeps."""

@@ -263,7 +263,7 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
     grid = lambda meta: (cdiv(m, GLU_BWD_BLOCK_M) * cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
     if h is not None:  # the store mode: a stream over g and h (g = gy @ wd on a ping-pong tile, or cuBLAS first)
         if wd is not None:
-            dh_halves = _dh_halves(dh, out, x2_first)
+            dh_halves = dh_halves_of(dh, out, x2_first)
             z_or_any = z if store_z else dh_halves[0]
             if not has_bias and pingpong_eligible(g, wd, h, *dh_halves, z_or_any):  # g formed on the tile instead
                 narrow = g.shape[1] <= GLU_DH_PINGPONG_MAX_K  # 128 x 64 tiles of g, else 128 x 128
@@ -271,9 +271,8 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
                     glu_bwd_dh_rotating_kernel if narrow else glu_bwd_dh_wide_pingpong_kernel,
                     GLU_DH_ROTATING_CONFIG if narrow else GLU_DH_WIDE_PINGPONG_CONFIG,
                     m, out, num_sms(x), {"gy_desc": g}, {},
-                    {"h1_desc": h[:, :out], "h2_desc": h[:, out:], "dh1_desc": dh_halves[0],
-                     "dh2_desc": dh_halves[1], "z_desc": z_or_any},
-                    {"wd_desc": wd}, M=m, OUT=out, KG=g.shape[1], ACT=act, STORE_Z=store_z,
+                    dh_kernel_descriptors(h, dh_halves, z_or_any), {"wd_desc": wd},
+                    M=m, OUT=out, KG=g.shape[1], ACT=act, STORE_Z=store_z,
                 )
                 return dh, db_partial, z
             g = g @ wd if g_scratch is None else torch.mm(g, wd, out=g_scratch)
@@ -286,7 +285,7 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
         )
         return dh, _db_of(db_partial, has_bias), z
     g_gemm = wd is not None
-    dh_halves = _dh_halves(dh, out, x2_first)
+    dh_halves = dh_halves_of(dh, out, x2_first)
     if not g_gemm and not store_z and pingpong_eligible(x, w1, w2, g, *dh_halves):
         launch_pingpong(
             glu_bwd_dh_recompute_pingpong_kernel, GLU_DH_RECOMPUTE_PINGPONG_CONFIG, m, out, num_sms(x),
@@ -328,10 +327,18 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
     return dh, _db_of(db_partial, has_bias), z
 
 
-def _dh_halves(dh, out, x2_first):
+def dh_halves_of(dh, out, x2_first=False):
     """(where dh1 goes, where dh2 goes) in dh ``[M, 2*out]``: its halves in order, or swapped."""
     first, second = dh[:, :out], dh[:, out:]
     return (second, first) if x2_first else (first, second)
+
+
+def dh_kernel_descriptors(h, dh_halves, z):
+    """The output-shaped descriptor arguments of the dh kernels that read h (``launch_pingpong``'s
+    out_descs): h's halves ``[M, 2*out]``, where dh1 and dh2 go (``dh_halves_of``) and z."""
+    out = h.shape[1] // 2
+    return {"h1_desc": h[:, :out], "h2_desc": h[:, out:], "dh1_desc": dh_halves[0], "dh2_desc": dh_halves[1],
+            "z_desc": z}
 
 
 def _db_of(db_partial, has_bias):
