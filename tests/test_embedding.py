@@ -116,8 +116,8 @@ def test_sums_per_row_for_the_exchange(dtype):
     assert (out_keys[len(distinct):] == rows).all() and (sums[len(distinct):] == 0).all()
     want = torch.zeros(rows + 1, dim, dtype=torch.float64, device=DEVICE).index_add_(0, keys.long(), grad.double())
     got = torch.zeros_like(want).index_add_(0, out_keys.long(), sums.double())
-    # summed in fp32, rounded once to bf16: to nearest on a GPU (2^-8), toward zero under the
-    # interpreter (its fp32 -> bf16 conversion truncates: up to 2^-7)
+    # summed in fp32, rounded once to bf16: to nearest (2^-8; under the interpreter through
+    # conftest.py, whose Triton alone truncates: up to 2^-7)
     assert rel_err(got, want) < (8e-3 if dtype == torch.bfloat16 else 1e-6)
     # a rank without rows in a short last batch sends only padding
     out_keys, sums = embedding_ops._sums_per_row(grad[:0], keys[:0], rows, 1)

@@ -72,6 +72,25 @@ def test_cache_is_off_under_the_interpreter():
     assert not launch_mod.FAST_LAUNCH
 
 
+@triton.jit
+def _to_bf16_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(y_ptr + offsets, tl.load(x_ptr + offsets, mask=mask).to(tl.bfloat16), mask=mask)
+
+
+def test_interpreter_rounds_bf16_to_nearest():
+    """conftest.py makes the interpreter's fp32 -> bf16 conversion round to nearest even, as a GPU
+    does (Triton's own truncates): a kernel's cast gives torch's bits, ties and negatives included."""
+    if torch.cuda.is_available():
+        pytest.skip("CPU-only check")
+    x = torch.randn(1000, dtype=torch.float64).float()
+    x[:4] = torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8) - 2**-20, 3.0e38])  # ties, a negative, a large one
+    y = torch.empty(1000, dtype=torch.bfloat16)
+    _to_bf16_kernel[(1,)](x, y, x.numel(), BLOCK=1024)
+    assert torch.equal(y.view(torch.int16), x.to(torch.bfloat16).view(torch.int16))
+
+
 def _rel(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
