@@ -4,7 +4,10 @@ and cuBLASLt's fused epilogue.
     PYTHONPATH=src python3 benchmarks/linear_short_k_probe.py [--rounds 3] [--shapes MxKxN,...]
         [--acts gelu_tanh,identity] [--stages 3,4] [--hsplits H,...] [--rotating 128x4,64x7]
 
-Results: benchmarks/results/linear_short_k_H200_2026-11-29/ (neither kernel beat the library's).
+Results: benchmarks/results/linear_short_k_H200_2026-11-29/ (neither form alone beat the library's
+kernel) and benchmarks/results/linear_resident_H200_2026-11-29/ (x resident with three consumers
+and one shared output buffer, ``--stages 5s3``, did: it is the library's resident form now,
+``linear_act_fwd_resident_kernel``).
 
 Why: issue 4's linear forward at 16384 x 512 -> 1792 (gelu_tanh, bias) is 1.067x the bare cuBLAS
 GEMM on an H200 (target 1.05x). The library's kernel there (``linear_act_fwd_pingpong_kernel``,
@@ -40,16 +43,18 @@ tiles with 7 stages of 24 KB (216 KB). 16 warps: the consumers take 160 register
 For each shape and activation, in CUDA graphs (us, interleaved rounds, medians): cuBLAS's
 ``x @ W.T`` (no bias), the library's alternating kernel, the resident kernel at each
 ``--stages`` (and ``--hsplits``), the rotating kernel at each ``--rotating``, cuBLASLt's
-epilogue; each one's y against the library's (bits, max abs difference).
+epilogue; each one's y against the library's (bits, max abs difference) and each one's and the library's relative error
+against a float64 reference (``||y - ref|| / ||ref||``).
 """
 
 import argparse
+import re
 
 import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma_wait
 
 from fusedmlp._cuda_graph import capture_cuda_graph
 from fusedmlp.bench.harness import interleaved_us_row, max_abs_difference, write_record
@@ -57,133 +62,143 @@ from fusedmlp.kernels.activations import activation
 from fusedmlp.kernels.launch import launch
 from fusedmlp.kernels.linear_act import linear_act_fwd_pingpong_kernel
 from fusedmlp.kernels.pingpong import (
-    _tma_load, accumulator_layout, free_stage, pingpong_loader, pingpong_setup, program_tiles, ring_mma_steps,
-    split_column_halves, tile_bias, tile_start, tma_store_tile,
+    accumulator_layout, pingpong_loader, pingpong_setup, program_tiles, resident_loader, resident_mainloop,
+    resident_unit, ring_mma_steps, split_column_halves, tile_bias, tile_start, tma_store_tile,
 )
 from fusedmlp.ops._common import launch_pingpong, num_sms
-from fusedmlp.ops.linear_act import LINEAR_FORWARD_PINGPONG_FORMS
+from fusedmlp.ops.linear_act import LINEAR_FORWARD_PINGPONG_FORMS, linear_act_reference
 
 
 @gluon.jit
-def unit_tiles(unit, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HSPLIT: gl.constexpr):
-    """(first row, first column tile, tile count) of a unit: a row block's tiles, or with HSPLIT a
-    share of them."""
-    tiles_n = gl.cdiv(N, BLOCK_N)
-    per = gl.cdiv(tiles_n, HSPLIT)
-    first = (unit % HSPLIT) * per
-    return (unit // HSPLIT) * BLOCK_M, first, gl.minimum(tiles_n - first, per)
-
-
-@gluon.jit
-def resident_loader(x_desc, w_desc, x_bufs, w_bufs, x_ready, x_empty, ready, empty, M, N,
-                    K_TILES: gl.constexpr, HSPLIT: gl.constexpr, STAGES: gl.constexpr):
-    BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
-    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
-    units = gl.cdiv(M, BLOCK_M) * HSPLIT
-    tile = 0  # the program's running tile count: the consumers compute the same
-    unit_index = 0
-    for unit in range(gl.program_id(0), units, gl.num_programs(0)):
-        row_start, first, count_tiles = unit_tiles(unit, N, BLOCK_M, BLOCK_N, HSPLIT)
-        for i in range(count_tiles):
-            col_start = (first + i) * BLOCK_N
-            for k in range(K_TILES):
-                if i == 0:  # the unit's x chunk, once the previous unit's last tiles are done with it
-                    mbarrier.wait(x_empty.index(k), (unit_index & 1) ^ 1)
-                    mbarrier.expect(x_ready.index(k), x_desc.block_type.nbytes)
-                    _tma_load(x_desc, [row_start, k * BLOCK_K], x_ready.index(k), x_bufs.index(k))
-                stage, bar = free_stage(ready, empty, (tile + i) * K_TILES + k, STAGES)
-                mbarrier.expect(bar, w_desc.block_type.nbytes)
-                _tma_load(w_desc, [col_start, k * BLOCK_K], bar, w_bufs.index(stage))
-        tile += count_tiles
-        unit_index += 1
-
-
-@gluon.jit
-def resident_consumer(b_ptr, y_desc, x_bufs, w_bufs, c_bufs, x_ready, x_empty, ready, empty, turn, M, N,
-                      CONSUMER: gl.constexpr, K_TILES: gl.constexpr, HSPLIT: gl.constexpr, ACT: gl.constexpr,
-                      HAS_BIAS: gl.constexpr, STAGES: gl.constexpr):
+def probe_resident_consumer(b_ptr, y_desc, y_ptr, stride_ym, x_bufs, w_bufs, c_bufs, x_ready, x_empty, ready, empty,
+                            turn, buffer_turn, M, N, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr,
+                            K_TILES: gl.constexpr, HSPLIT: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr,
+                            STAGES: gl.constexpr, EPILOGUE: gl.constexpr, BIAS_INIT: gl.constexpr):
+    """The library's resident_consumer (kernels/pingpong.py) with the probe's variants: two or
+    three consumers, the epilogue's stores (EPILOGUE), the bias first (BIAS_INIT)."""
     BLOCK_M: gl.constexpr = x_bufs.type.shape[1]
     BLOCK_N: gl.constexpr = w_bufs.type.shape[1]
-    HALF: gl.constexpr = y_desc.block_type.shape[1]
     acc_layout: gl.constexpr = accumulator_layout(BLOCK_N)
-    half_layout: gl.constexpr = accumulator_layout(HALF)
-    c_buf = c_bufs.index(CONSUMER)
+    half_layout: gl.constexpr = accumulator_layout(BLOCK_N // 2)
+    quarter_layout: gl.constexpr = accumulator_layout(BLOCK_N // 4)
+    FIRST: gl.constexpr = 1 if CONSUMER == 0 else 0
+    # BIAS_INIT: the accumulator starts from the bias (no bias registers in the epilogue; its sum in
+    # another order than the library's); otherwise with three consumers the bias is loaded after the
+    # main loop (held through it, it would cost registers), with two before it as the library does
+    BIAS_AFTER: gl.constexpr = CONSUMERS > 2 and not BIAS_INIT
+    c_buf = c_bufs.index(0 if EPILOGUE == "shared" else CONSUMER)
     units = gl.cdiv(M, BLOCK_M) * HSPLIT
     tile = 0
     unit_index = 0
     for unit in range(gl.program_id(0), units, gl.num_programs(0)):
-        row_start, first, count_tiles = unit_tiles(unit, N, BLOCK_M, BLOCK_N, HSPLIT)
+        row_start, first, count_tiles = resident_unit(unit, N, BLOCK_M, BLOCK_N, HSPLIT)
         for i in range(count_tiles):
             t = tile + i
-            if t % 2 == CONSUMER:
+            if t % CONSUMERS == CONSUMER:
+                turn_round = t // CONSUMERS
                 col_start = (first + i) * BLOCK_N
-                last = i == count_tiles - 1
-                if HAS_BIAS:
-                    bias_left = tile_bias(b_ptr, col_start, N, HALF, half_layout)
-                    bias_right = tile_bias(b_ptr, col_start + HALF, N, HALF, half_layout)
-                # consumer 0's first wait passes on the fresh barrier; consumer 1's waits for consumer 0
-                mbarrier.wait(turn.index(CONSUMER), ((t // 2) & 1) ^ (1 - CONSUMER))
+                if HAS_BIAS and not BIAS_AFTER:
+                    bias = tile_bias(b_ptr, col_start, N, BLOCK_N, acc_layout)
                 acc = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=acc_layout)
-                prev_stage = 0
-                for k in range(K_TILES):
-                    count = t * K_TILES + k
-                    stage = count % STAGES
-                    mbarrier.wait(x_ready.index(k), unit_index & 1)
-                    mbarrier.wait(ready.index(stage), (count // STAGES) & 1)
-                    acc = warpgroup_mma(x_bufs.index(k), w_bufs.index(stage).permute((1, 0)), acc, is_async=True)
-                    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
-                    mbarrier.arrive(empty.index(prev_stage), count=1, pred=k > 0)
-                    # the unit's last tile: chunk k - 1's last MMA is done
-                    mbarrier.arrive(x_empty.index(gl.maximum(k - 1, 0)), count=1, pred=(k > 0) & last)
-                    prev_stage = stage
-                mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-                mbarrier.arrive(empty.index(prev_stage), count=1)
-                mbarrier.arrive(x_empty.index(K_TILES - 1), count=1, pred=last)
-                if i == count_tiles - 2:  # the other consumer's last tile of the unit: every chunk
-                    for k in range(K_TILES):
-                        mbarrier.arrive(x_empty.index(k), count=1)
-                left, right = split_column_halves(acc, half_layout)
-                if HAS_BIAS:
-                    left = left + bias_left
-                    right = right + bias_right
-                tma_store_tile(y_desc, c_buf, activation(left, ACT), row_start, col_start)
-                tma_store_tile(y_desc, c_buf, activation(right, ACT), row_start, col_start + HALF)
+                if HAS_BIAS and BIAS_INIT:
+                    acc = acc + bias
+                acc = resident_mainloop(acc, x_bufs, w_bufs, x_ready, x_empty, ready, empty, turn, t, unit_index, i,
+                                        count_tiles, CONSUMER, CONSUMERS, K_TILES, STAGES)
+                if HAS_BIAS and not BIAS_INIT:
+                    if BIAS_AFTER:
+                        acc = acc + tile_bias(b_ptr, col_start, N, BLOCK_N, acc_layout)
+                    else:
+                        acc = acc + bias
+                if EPILOGUE == "shared":  # one [BLOCK_M, BLOCK_N / 2] buffer for all consumers, in tile order
+                    HALF: gl.constexpr = BLOCK_N // 2
+                    left, right = split_column_halves(activation(acc, ACT).to(y_desc.dtype), half_layout)
+                    mbarrier.wait(buffer_turn.index(CONSUMER), (turn_round & 1) ^ FIRST)
+                    tma_store_tile(y_desc, c_buf, left, row_start, col_start)
+                    tma_store_tile(y_desc, c_buf, right, row_start, col_start + HALF)
+                    tma.store_wait(0)
+                    mbarrier.arrive(buffer_turn.index((CONSUMER + 1) % CONSUMERS), count=1)
+                elif EPILOGUE == "registers":  # no shared memory: stores from the accumulator's layout, by halves
+                    HALF_N: gl.constexpr = BLOCK_N // 2
+                    rows = row_start + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, half_layout))
+                    cols = col_start + gl.arange(0, HALF_N, layout=gl.SliceLayout(0, half_layout))
+                    offsets = rows[:, None] * stride_ym + cols[None, :]  # int32: the host checks M * N < 2^31
+                    mask = (rows < M)[:, None] & (cols < N)[None, :]
+                    left, right = split_column_halves(acc, half_layout)
+                    gl.store(y_ptr + offsets, activation(left, ACT).to(y_desc.dtype), mask=mask)
+                    gl.store(y_ptr + offsets + HALF_N, activation(right, ACT).to(y_desc.dtype),
+                             mask=mask & (cols + HALF_N < N)[None, :])
+                elif EPILOGUE == "quarters":  # one [BLOCK_M, BLOCK_N / 4] buffer per consumer, four stores
+                    QUARTER: gl.constexpr = BLOCK_N // 4
+                    left, right = split_column_halves(acc, half_layout)
+                    q0, q1 = split_column_halves(left, quarter_layout)
+                    q2, q3 = split_column_halves(right, quarter_layout)
+                    tma_store_tile(y_desc, c_buf, activation(q0, ACT), row_start, col_start)
+                    tma_store_tile(y_desc, c_buf, activation(q1, ACT), row_start, col_start + QUARTER)
+                    tma_store_tile(y_desc, c_buf, activation(q2, ACT), row_start, col_start + 2 * QUARTER)
+                    tma_store_tile(y_desc, c_buf, activation(q3, ACT), row_start, col_start + 3 * QUARTER)
+                else:  # one [BLOCK_M, BLOCK_N / 2] buffer per consumer, two stores
+                    HALF: gl.constexpr = BLOCK_N // 2
+                    left, right = split_column_halves(acc, half_layout)
+                    tma_store_tile(y_desc, c_buf, activation(left, ACT), row_start, col_start)
+                    tma_store_tile(y_desc, c_buf, activation(right, ACT), row_start, col_start + HALF)
         tile += count_tiles
         unit_index += 1
     tma.store_wait(0)
 
 
 @gluon.jit
-def linear_fwd_resident_kernel(x_desc, w_desc, b_ptr, y_desc, M, N,
+def linear_fwd_resident_kernel(x_desc, w_desc, b_ptr, y_desc, y_ptr, stride_ym, M, N,
                                K_TILES: gl.constexpr, HSPLIT: gl.constexpr, ACT: gl.constexpr,
-                               HAS_BIAS: gl.constexpr, STAGES: gl.constexpr,
+                               HAS_BIAS: gl.constexpr, STAGES: gl.constexpr, EPILOGUE: gl.constexpr,
+                               CONSUMERS: gl.constexpr, BIAS_INIT: gl.constexpr,
                                CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
     x_bufs = gl.allocate_shared_memory(x_desc.dtype, [K_TILES] + x_desc.block_type.shape, x_desc.layout)
     w_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
-    c_bufs = gl.allocate_shared_memory(y_desc.dtype, [2] + y_desc.block_type.shape, y_desc.layout)
+    if EPILOGUE == "registers":  # no output buffers (the consumers do not touch these)
+        c_bufs = w_bufs
+    else:
+        c_bufs = gl.allocate_shared_memory(y_desc.dtype, [1 if EPILOGUE == "shared" else CONSUMERS]
+                                           + y_desc.block_type.shape, y_desc.layout)
     x_ready = gl.allocate_shared_memory(gl.int64, [K_TILES, 1], mbarrier.MBarrierLayout())
     x_empty = gl.allocate_shared_memory(gl.int64, [K_TILES, 1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    buffer_turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     for k in gl.static_range(K_TILES):
         mbarrier.init(x_ready.index(k), count=1)
-        mbarrier.init(x_empty.index(k), count=2)  # both consumers' last tiles of a unit
+        mbarrier.init(x_empty.index(k), count=CONSUMERS)  # every consumer's last tile of a unit
     for stage in gl.static_range(STAGES):
         mbarrier.init(ready.index(stage), count=1)
         mbarrier.init(empty.index(stage), count=1)
-    for consumer in gl.static_range(2):
+    for consumer in gl.static_range(CONSUMERS):
         mbarrier.init(turn.index(consumer), count=1)
-    gl.warp_specialize([
-        (resident_consumer, (b_ptr, y_desc, x_bufs, w_bufs, c_bufs, x_ready, x_empty, ready, empty, turn, M, N, 0,
-                             K_TILES, HSPLIT, ACT, HAS_BIAS, STAGES)),
-        (resident_consumer, (b_ptr, y_desc, x_bufs, w_bufs, c_bufs, x_ready, x_empty, ready, empty, turn, M, N, 1,
-                             K_TILES, HSPLIT, ACT, HAS_BIAS, STAGES)),
-        (resident_loader, (x_desc, w_desc, x_bufs, w_bufs, x_ready, x_empty, ready, empty, M, N, K_TILES, HSPLIT,
-                           STAGES)),
-    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+        mbarrier.init(buffer_turn.index(consumer), count=1)
+    if CONSUMERS == 3:
+        gl.warp_specialize([
+            (probe_resident_consumer, (b_ptr, y_desc, y_ptr, stride_ym, x_bufs, w_bufs, c_bufs, x_ready, x_empty,
+                                       ready, empty, turn, buffer_turn, M, N, 0, 3, K_TILES, HSPLIT, ACT, HAS_BIAS,
+                                       STAGES, EPILOGUE, BIAS_INIT)),
+            (probe_resident_consumer, (b_ptr, y_desc, y_ptr, stride_ym, x_bufs, w_bufs, c_bufs, x_ready, x_empty,
+                                       ready, empty, turn, buffer_turn, M, N, 1, 3, K_TILES, HSPLIT, ACT, HAS_BIAS,
+                                       STAGES, EPILOGUE, BIAS_INIT)),
+            (probe_resident_consumer, (b_ptr, y_desc, y_ptr, stride_ym, x_bufs, w_bufs, c_bufs, x_ready, x_empty,
+                                       ready, empty, turn, buffer_turn, M, N, 2, 3, K_TILES, HSPLIT, ACT, HAS_BIAS,
+                                       STAGES, EPILOGUE, BIAS_INIT)),
+            (resident_loader, (x_desc, w_desc, x_bufs, w_bufs, x_ready, x_empty, ready, empty, M, N, HSPLIT,
+                               K_TILES, STAGES)),
+        ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS])
+    else:
+        gl.warp_specialize([
+            (probe_resident_consumer, (b_ptr, y_desc, y_ptr, stride_ym, x_bufs, w_bufs, c_bufs, x_ready, x_empty,
+                                       ready, empty, turn, buffer_turn, M, N, 0, 2, K_TILES, HSPLIT, ACT, HAS_BIAS,
+                                       STAGES, EPILOGUE, BIAS_INIT)),
+            (probe_resident_consumer, (b_ptr, y_desc, y_ptr, stride_ym, x_bufs, w_bufs, c_bufs, x_ready, x_empty,
+                                       ready, empty, turn, buffer_turn, M, N, 1, 2, K_TILES, HSPLIT, ACT, HAS_BIAS,
+                                       STAGES, EPILOGUE, BIAS_INIT)),
+            (resident_loader, (x_desc, w_desc, x_bufs, w_bufs, x_ready, x_empty, ready, empty, M, N, HSPLIT,
+                               K_TILES, STAGES)),
+        ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
 @gluon.jit
@@ -236,29 +251,37 @@ def linear_fwd_rotating_kernel(x_desc, w_desc, b_ptr, y_desc, M, N, K, ACT: gl.c
 ROTATING_CONFIG = dict(BLOCK_M=128, BLOCK_K=64, GROUP_M=8, CONSUMER_REGS=160, LOADER_REGS=24, num_warps=4,
                        maxnreg=128)
 BLOCK_M, BLOCK_N, BLOCK_K = 128, 128, 64
-CONFIG = dict(CONSUMER_REGS=232, LOADER_REGS=40, num_warps=4, maxnreg=168)
+# by consumer count: two as the library's kernel, three as the rotating kernel (16 warps at launch)
+RESIDENT_CONFIGS = {2: dict(CONSUMER_REGS=232, LOADER_REGS=40, num_warps=4, maxnreg=168),
+                    3: dict(CONSUMER_REGS=160, LOADER_REGS=24, num_warps=4, maxnreg=128)}
 
 
-def resident_hsplit(m, n, sms):
+def resident_hsplit(m, n, sms, consumers):
     """Programs per row block: enough units for the SMs where row blocks are fewer, each unit
-    at least two tiles (one per consumer: the x chunks' release counts both)."""
+    at least a tile per consumer (the x chunks' release counts every consumer)."""
     row_blocks = triton.cdiv(m, BLOCK_M)
     tiles_n = triton.cdiv(n, BLOCK_N)
-    return max(1, min(tiles_n // 2, round(sms / row_blocks)))
+    return max(1, min(tiles_n // consumers, round(sms / row_blocks)))
 
 
-def resident_call(x, w, b, y, act, stages, hsplit):
+EPILOGUE_WIDTHS = {"halves": BLOCK_N // 2, "quarters": BLOCK_N // 4, "registers": BLOCK_N // 2,
+                   "shared": BLOCK_N // 2}
+
+
+def resident_call(x, w, b, y, act, stages, hsplit, epilogue="halves", consumers=2, bias_init=False):
     m, k = x.shape
     n = w.shape[0]
-    assert triton.cdiv(n, BLOCK_N) >= 2 * hsplit, "each unit needs a tile per consumer"
+    assert triton.cdiv(n, BLOCK_N) >= consumers * hsplit, "each unit needs a tile per consumer"
+    assert m * y.stride(0) < 2**31, "the register stores' offsets are int32"
     units = triton.cdiv(m, BLOCK_M) * hsplit
-    launch(linear_fwd_resident_kernel, (min(num_sms(x), units),), x_desc=x, w_desc=w, b_ptr=b, y_desc=y, M=m, N=n,
-           K_TILES=triton.cdiv(k, BLOCK_K), HSPLIT=hsplit, ACT=act, HAS_BIAS=True, STAGES=stages, **CONFIG,
+    launch(linear_fwd_resident_kernel, (min(num_sms(x), units),), x_desc=x, w_desc=w, b_ptr=b, y_desc=y, y_ptr=y,
+           stride_ym=y.stride(0), M=m, N=n, K_TILES=triton.cdiv(k, BLOCK_K), HSPLIT=hsplit, ACT=act, HAS_BIAS=True,
+           STAGES=stages, EPILOGUE=epilogue, CONSUMERS=consumers, BIAS_INIT=bias_init, **RESIDENT_CONFIGS[consumers],
            descriptor_blocks=dict(x_desc=(BLOCK_M, BLOCK_K), w_desc=(BLOCK_N, BLOCK_K),
-                                  y_desc=(BLOCK_M, BLOCK_N // 2)))
+                                  y_desc=(BLOCK_M, EPILOGUE_WIDTHS[epilogue])))
 
 
-def shape_calls(m, k, n, act, stage_counts, hsplits, rotating):
+def shape_calls(m, k, n, act, stage_counts, hsplits, rotating, cublaslt):
     gen = torch.Generator(device="cuda").manual_seed(m + k + n)
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen) / k**0.5
@@ -271,17 +294,20 @@ def shape_calls(m, k, n, act, stage_counts, hsplits, rotating):
                  {"x_desc": x}, {"w_desc": w}, {"y_desc": y_lib, "pre_desc": y_lib}, b_ptr=b, M=m, N=n, K=k,
                  ACT=act, HAS_BIAS=True, STORE_PRE=False)}
     outputs = {}
-    if act in ("gelu_tanh", "relu"):  # cuBLASLt's fused bias + activation epilogue (its GELU: the tanh form)
+    # cuBLASLt's fused bias + activation epilogue (its GELU: the tanh form)
+    if act in ("gelu_tanh", "relu") and cublaslt:
         y_lt = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         calls["cublaslt epilogue"] = lambda: y_lt.copy_(torch._addmm_activation(b, x, w.t(),
                                                                                  use_gelu=act == "gelu_tanh"))
         outputs["cublaslt epilogue"] = y_lt
         calls["cublaslt epilogue (no copy)"] = lambda: torch._addmm_activation(b, x, w.t(), use_gelu=act == "gelu_tanh")
-    for stages in stage_counts:
-        for hsplit in hsplits or [resident_hsplit(m, n, sms)]:
+    for stages, epilogue, consumers, bias_init in stage_counts:
+        for hsplit in hsplits or [resident_hsplit(m, n, sms, consumers)]:
             y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-            name = f"resident s{stages} h{hsplit}"
-            calls[name] = lambda stages=stages, hsplit=hsplit, y=y: resident_call(x, w, b, y, act, stages, hsplit)
+            name = (f"resident s{stages} h{hsplit}" + ("" if epilogue == "halves" else f" {epilogue}")
+                    + ("" if consumers == 2 else f" c{consumers}") + (" bias first" if bias_init else ""))
+            calls[name] = lambda stages=stages, hsplit=hsplit, y=y, epilogue=epilogue, consumers=consumers, \
+                bias_init=bias_init: resident_call(x, w, b, y, act, stages, hsplit, epilogue, consumers, bias_init)
             outputs[name] = y
     for block_n, stages in rotating:
         y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
@@ -291,7 +317,7 @@ def shape_calls(m, k, n, act, stage_counts, hsplits, rotating):
             linear_fwd_rotating_kernel, config, m, n, sms, {"x_desc": x}, {"w_desc": w}, {"y_desc": y}, b_ptr=b,
             M=m, N=n, K=k, ACT=act, HAS_BIAS=True)
         outputs[name] = y
-    return calls, y_lib, outputs
+    return calls, y_lib, outputs, (x, w, b)
 
 
 def main():
@@ -299,23 +325,38 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--shapes", default="16384x512x1792,8192x512x1792,65536x512x1792,16384x256x1024")
     parser.add_argument("--acts", default="gelu_tanh,identity")
-    parser.add_argument("--stages", default="3,4")
+    parser.add_argument("--stages", default="4,5q,5s,5s3",
+                        help="the resident kernel's ring stages, each with its epilogue and consumer count "
+                             "(default 2): "
+                             "two column halves through a [128, 64] buffer per consumer (no suffix), four quarters "
+                             "through a [128, 32] one (q), stores from registers, no buffer (r), or halves through one "
+                             "[128, 64] buffer that the consumers take in tile order (s); i: the accumulator starts "
+                             "from the bias; e.g. 5s3i")
     parser.add_argument("--hsplits", default="", help="programs per row block (default: fill the SMs)")
     parser.add_argument("--rotating", default="128x4,64x7", help="BLOCK_NxSTAGES of the three-consumer kernel")
+    parser.add_argument("--cublaslt", type=int, default=1, help="also time cuBLASLt's fused epilogue (0: not)")
     args = parser.parse_args()
     rotating = [tuple(int(v) for v in text.split("x")) for text in args.rotating.split(",") if text]
-    stage_counts = [int(s) for s in args.stages.split(",") if s]
+    epilogues = {"": "halves", "q": "quarters", "r": "registers", "s": "shared"}
+    stage_counts = []
+    for text in args.stages.split(","):
+        if text:
+            stages, letter, consumers, bias_init = re.fullmatch(r"(\d+)([qrs]?)(\d?)(i?)", text).groups()
+            stage_counts.append((int(stages), epilogues[letter], int(consumers or 2), bias_init == "i"))
     hsplits = [int(s) for s in args.hsplits.split(",") if s]
     rows = []
     for text in args.shapes.split(","):
         m, k, n = (int(v) for v in text.split("x"))
         for act in args.acts.split(","):
-            calls, y_lib, outputs = shape_calls(m, k, n, act, stage_counts, hsplits, rotating)
+            calls, y_lib, outputs, inputs = shape_calls(m, k, n, act, stage_counts, hsplits, rotating, args.cublaslt)
             for call in calls.values():
                 call()
             torch.cuda.synchronize()
-            checks = {name: dict(same_bits=torch.equal(y, y_lib), maxdiff=max_abs_difference([(y, y_lib)]))
-                      for name, y in outputs.items()}
+            reference = linear_act_reference(*(t.double() for t in inputs), act)
+            relerr = lambda y: ((y.double() - reference).norm() / reference.norm()).item()  # noqa: E731
+            checks = {name: dict(same_bits=torch.equal(y, y_lib), maxdiff=max_abs_difference([(y, y_lib)]),
+                                 relerr=relerr(y)) for name, y in outputs.items()}
+            checks["library"] = dict(relerr=relerr(y_lib))
             replays = {name: capture_cuda_graph(call)[0].replay for name, call in calls.items()}
             row = interleaved_us_row(replays, args.rounds, shape=text, act=act)
             row["checks"] = checks

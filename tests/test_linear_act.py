@@ -232,6 +232,18 @@ def test_pingpong_kernel_compiles_for_hopper():
                                 max_stack=_forward_stack_bound)
 
 
+def test_resident_kernel_compiles_for_hopper():
+    """The resident-x forward (x's rows kept in shared memory, three consumers of 160 registers)
+    compiles for sm_90a at K = 512 (8 chunks of x beside the 5-stage ring and the output
+    buffer: within the shared memory) for every activation, with a bias and without. ptxas
+    spills there, mostly the tile loop's addresses and counters, outside the main loop: up to
+    216 bytes a thread with Triton 3.9 (gelu_tanh with a bias), 288 with 3.6 (sigmoid with a
+    bias); at most 320."""
+    facts = compile_pingpong_for_hopper("linear_act", "linear_act_fwd_resident_kernel",
+                                        'LINEAR_RESIDENT_CONFIG:{"K_TILES": 8}', ACTIVATIONS, max_stack=320)
+    assert all(fact["shared"] > 200 * 1024 for fact in facts.values()), facts  # x's 128 KiB is in there
+
+
 def test_cooperative_kernel_compiles_for_hopper():
     """The ping-pong forward's cooperative forms (both consumers on each tile of 2 x 128 rows
     by 128 columns, or 2 x 64 by 256; 3 stages) compile for sm_90a within the shared memory,
@@ -284,29 +296,86 @@ def test_dpre_recompute_pingpong_on_gpu(monkeypatch, dtype, activation):
 @pytest.mark.parametrize("activation", ["gelu_tanh", "relu", "identity"])
 def test_every_forward_form_on_gpu(monkeypatch, dtype, activation):
     """Each form of the linear forward on compute capability 9.0 (the Triton TMA kernel, the
-    ping-pong kernel alternating, cooperative or cooperative on wide tiles), forced: output
-    and gradients match float64 with and without bias and pre-activation; row counts leave the
-    last cooperative tile's second half partly or wholly past M (1000 = 3 x 256 + 232 rows;
-    999; 129); on 3 SMs each program walks several tiles. Untimed (autotuning off, as in the suite) the rule picks the
-    alternating form."""
+    ping-pong kernel alternating, cooperative or cooperative on wide tiles, the resident-x
+    kernel), forced: output and gradients match float64 with and without bias and
+    pre-activation; row counts leave the last cooperative tile's second half partly or wholly
+    past M (1000 = 3 x 256 + 232 rows; 999; 129); on 3 SMs each program walks several tiles.
+    The resident form is not offered where pre is stored: forcing it there gets the rule.
+    Untimed (autotuning off, as in the suite) the rule picks the resident form where it is
+    offered (K <= 512), else the alternating form."""
     import fusedmlp.ops.linear_act as ops
 
     recording_pingpong_launches(monkeypatch, ops)
     forms = []
-    real_pingpong, real_tma = ops._launch_fwd_pingpong, ops._fwd_tma_launcher.launch
+    real_pingpong, real_tma, real_resident = ops._launch_fwd_pingpong, ops._fwd_tma_launcher.launch, \
+        ops._launch_fwd_resident
     monkeypatch.setattr(ops, "_launch_fwd_pingpong", lambda *args: forms.append(args[-1]) or real_pingpong(*args))
     monkeypatch.setattr(ops._fwd_tma_launcher, "launch",
                         lambda *args, **kwargs: forms.append("tma") or real_tma(*args, **kwargs))
+    monkeypatch.setattr(ops, "_launch_fwd_resident", lambda *args: forms.append("resident") or real_resident(*args))
     for shape, bias, save_preact in [((1000,), True, False), ((3, 333), False, True), ((129,), True, True)]:
         tensors, g = make_inputs(shape, 200, 392, "cuda", bias)
+        rule = "alternating" if save_preact else "resident"
         for form in ops.LINEAR_FORWARD_FORMS:
             forms.clear()
             with ops.linear_forward_form.forcing(form):
                 run_check(tensors, g, dtype, activation, save_preact, f"{form} {shape} bias={bias}")
-            assert forms and set(forms) == {form}, (form, forms)  # the backward may recompute pre
+            expected = rule if form == "resident" and save_preact else form
+            assert forms and set(forms) == {expected}, (form, forms)  # the backward may recompute pre
         forms.clear()
         run_check(tensors, g, dtype, activation, save_preact, f"rule {shape} bias={bias}")
-        assert forms and set(forms) == {"alternating"}, forms
+        assert forms and set(forms) == {rule}, forms
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_resident_forward_on_gpu(monkeypatch, dtype, activation):
+    """The resident-x forward (x's rows kept in shared memory, three consumers), forced on
+    compute capability 9.0: output and gradients match float64, with and without bias, on
+    shapes that walk its units every way: several row blocks per program (3 SMs), a row block
+    split in 2 shares and in 3 with a shorter last one (``resident_row_shares``), partial row,
+    column and K tiles, one x chunk (K = 64) and eight (K = 512), three column tiles (one per
+    consumer) and eleven."""
+    import fusedmlp.ops.linear_act as ops
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the resident kernel is for compute capability 9.0")
+    shares = []
+    real = ops._launch_fwd_resident
+    monkeypatch.setattr(ops, "_launch_fwd_resident", lambda x, w, b, y, common: shares.append(
+        ops.resident_row_shares(common["M"], common["N"], ops.num_sms(x))) or real(x, w, b, y, common))
+    cases = [((1000,), 200, 392, 3, True),  # 8 row blocks on 3 SMs, 4 tiles each
+             ((300,), 512, 1000, 8, False),  # 3 row blocks in 2 shares of 4 tiles (the last tile partial)
+             ((2, 70), 64, 384, 3, True),  # one x chunk, 3 tiles
+             ((129,), 328, 1304, 20, True)]  # 2 row blocks in shares of 4, 4 and 3 tiles; K = 5 x 64 + 8
+    with ops.linear_forward_form.forcing("resident"):
+        for shape, k, n, sms, bias in cases:
+            monkeypatch.setattr(ops, "num_sms", lambda t, sms=sms: sms)
+            tensors, g = make_inputs(shape, k, n, "cuda", bias)
+            run_check(tensors, g, dtype, activation, False, f"resident {shape} {k} -> {n} on {sms} SMs")
+    assert shares == [1, 2, 1, 3], shares
+
+
+def test_resident_row_shares():
+    """The resident forward's programs per row block: about one per SM where row blocks are
+    fewer than SMs, one where they are not, and never a share with fewer column tiles than the
+    kernel has consumers (a unit's x is freed by one arrival per consumer: a short share would
+    hang the kernel)."""
+    from fusedmlp.kernels.configs import LINEAR_RESIDENT_CONSUMERS
+    from fusedmlp.ops.linear_act import resident_row_shares
+
+    assert resident_row_shares(16384, 1792, 132) == 1  # 128 row blocks
+    assert resident_row_shares(8192, 1792, 132) == 2  # 64 row blocks, 14 tiles: 7 + 7
+    assert resident_row_shares(128, 1792, 132) == 3  # 14 tiles: 5 + 5 + 4 (four shares would leave 2)
+    for m in (1, 128, 129, 1000, 8192, 65536):
+        for n in range(384, 40 * 128, 104):
+            for sms in (3, 8, 20, 78, 114, 132):
+                shares = resident_row_shares(m, n, sms)
+                tiles = -(-n // 128)
+                per = -(-tiles // shares)
+                sizes = [min(per, tiles - i * per) for i in range(shares)]
+                assert shares >= 1 and min(sizes) >= LINEAR_RESIDENT_CONSUMERS, (m, n, sms, sizes)
 
 
 @pytest.mark.gpu

@@ -260,6 +260,19 @@ LINEAR_COOPERATIVE_CONFIG = dict(LINEAR_PINGPONG_CONFIG, STAGES=3, COOPERATIVE=T
 # stage, 3 stages beside the two 32 KiB output buffers; GROUP_M 16 beat 8 at 6 of 8 shapes
 # (not at 4096 -> 14336 without pre stored, where the TMA kernel beat both).
 LINEAR_WIDE_COOPERATIVE_CONFIG = dict(LINEAR_COOPERATIVE_CONFIG, BLOCK_M=64, BLOCK_N=256, GROUP_M=16)
+# The linear forward with x's rows kept in shared memory (linear_act.py's
+# linear_act_fwd_resident_kernel), for K up to LINEAR_RESIDENT_MAX_K: 128 x 128 tiles, x's
+# [128, K] block in K / 64 chunks (128 KiB at K = 512), 5 ring stages of W's [128, 64] tiles
+# (80 KiB) and one [128, 64] output buffer (EPILOGUE_N: the tile goes out in column halves),
+# 224 KiB. Three consumers: 16 warps at launch (128 registers a thread), then 160 for the
+# consumers (ptxas spills up to 216-288 bytes a thread, outside the main loop) and 24
+# for the loader. Against 4 stages and one [128, 64] buffer per consumer with two consumers:
+# 53.6 against 57.8 us at 16384 x 512 -> 1792 with gelu_tanh (H200; benchmarks/NOTES.md, "The
+# linear forward at K = 512").
+LINEAR_RESIDENT_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "EPILOGUE_N": 64, "STAGES": 5,
+                          "CONSUMER_REGS": 160, "LOADER_REGS": 24, "num_warps": 4, "maxnreg": 128}
+LINEAR_RESIDENT_MAX_K = 512  # x's chunks beside the ring and the buffer: 8 x 16 KiB
+LINEAR_RESIDENT_CONSUMERS = 3  # every unit of the kernel needs at least a tile per consumer
 # The input gradient dx = a @ W + tail_a @ tail_W (linear_act.py's dgrad_pingpong_kernel, W read
 # as [K, N] tiles): the wide cooperative tiles. LoRA (dpre @ W + d_xa @ A), H100, bf16, kernel
 # time in CUDA graphs (us; 4096 x 4096 weight, r = 16, 8192 / 32768 rows): without the low-rank

@@ -36,7 +36,8 @@ Two designs for dx, both here:
 Two forms as everywhere: plain pointers (any strides; interpreter, fp32/fp64, pre-Hopper) and
 persistent tensor-descriptor kernels for aligned 16-bit data on Hopper. On compute capability
 9.0 the forward runs as ``linear_act_fwd_pingpong_kernel`` (Gluon, pingpong.py), whose
-epilogue overlaps the next tile's main loop. ``dgrad_pingpong_kernel`` is a plain input
+epilogue overlaps the next tile's main loop, or at a short K as ``linear_act_fwd_resident_kernel``
+(x's rows kept in shared memory, three consumers). ``dgrad_pingpong_kernel`` is a plain input
 gradient ``a @ W + tail_a @ tail_W`` on the same machinery (weights as stored), for the ops whose
 dx is a sum of two products (LoRA, SwiGLU).
 """
@@ -48,7 +49,16 @@ from triton.experimental.gluon import language as gl
 
 from .activations import activation, activation_grad
 from .gemm import grouped_tile, persistent_tile, stream_row_block, tile_indices, xwT_mainloop, xwT_mainloop_tma
-from .pingpong import consumer_barriers, pingpong_consumer, pingpong_dpre_consumer, pingpong_loader, pingpong_setup
+from .pingpong import (
+    consumer_barriers,
+    pingpong_consumer,
+    pingpong_dpre_consumer,
+    pingpong_loader,
+    pingpong_setup,
+    resident_consumer,
+    resident_loader,
+    resident_setup,
+)
 
 
 @triton.jit
@@ -130,6 +140,40 @@ def linear_act_fwd_pingpong_kernel(
         (pingpong_loader, (x_desc, w_desc, w_desc, a_bufs, b_bufs, ready, empty, M, N, K, GROUP_M, STAGES,
                            False, False, x_desc, w_desc, 0)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+
+
+@gluon.jit
+def linear_act_fwd_resident_kernel(
+    x_desc, w_desc, b_ptr, y_desc,
+    M, N, HSPLIT,
+    ACT: gl.constexpr, HAS_BIAS: gl.constexpr, K_TILES: gl.constexpr, STAGES: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: LINEAR_RESIDENT_CONFIG
+):
+    """``y = act(x @ W.T + b)`` for a short K (at most ``LINEAR_RESIDENT_MAX_K``) with each
+    program's rows of x kept in shared memory (pingpong.py, ``resident_consumer``): a program
+    owns a 128-row block at a time (or a share of its column tiles, ``HSPLIT`` programs per row
+    block, where row blocks are fewer than SMs), copies its x rows once ([128, K]: 128 KB at
+    K = 512) and streams only W's tiles, so per output element half the L2-to-SM bytes of the
+    ping-pong kernel's 128 x 128 tiles move. Three consumers take turns over the block's tiles:
+    two epilogues run under each main loop, which at K = 512 is as long as a gelu_tanh
+    epilogue. 128 KB of x leaves room for a 5-stage W ring and one [128, 64] output buffer,
+    which the consumers take in turn. Against the alternating ping-pong kernel (H200, bf16,
+    CUDA graphs, gelu_tanh with bias): 53.6 against 55.1 us at 16384 x 512 -> 1792, 211.8
+    against 228.7 at 65536 rows (benchmarks/NOTES.md, "The linear forward at K = 512"). y
+    alone (no pre); 16-bit data."""
+    CONSUMERS: gl.constexpr = 3
+    x_bufs, w_bufs, c_buf, x_ready, x_empty, ready, empty, turn, buffer_turn = resident_setup(
+        x_desc, w_desc, y_desc, K_TILES, STAGES, CONSUMERS)
+    gl.warp_specialize([
+        (resident_consumer, (b_ptr, y_desc, x_bufs, w_bufs, c_buf, x_ready, x_empty, ready, empty, turn, buffer_turn,
+                             M, N, HSPLIT, 0, CONSUMERS, ACT, HAS_BIAS, K_TILES, STAGES)),
+        (resident_consumer, (b_ptr, y_desc, x_bufs, w_bufs, c_buf, x_ready, x_empty, ready, empty, turn, buffer_turn,
+                             M, N, HSPLIT, 1, CONSUMERS, ACT, HAS_BIAS, K_TILES, STAGES)),
+        (resident_consumer, (b_ptr, y_desc, x_bufs, w_bufs, c_buf, x_ready, x_empty, ready, empty, turn, buffer_turn,
+                             M, N, HSPLIT, 2, CONSUMERS, ACT, HAS_BIAS, K_TILES, STAGES)),
+        (resident_loader, (x_desc, w_desc, x_bufs, w_bufs, x_ready, x_empty, ready, empty, M, N, HSPLIT, K_TILES,
+                           STAGES)),
+    ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS])
 
 
 @gluon.jit

@@ -59,6 +59,11 @@ the latter on narrow tiles with three consumers taking turns instead of two
 (``glu_bwd_dh_rotating_kernel``, a short K); ``pingpong_dpre_consumer`` the linear layer's
 backward dpre with the pre-activation recomputed on the tile
 (``linear_act_dpre_recompute_pingpong_kernel``, only x saved).
+``resident_loader`` and ``resident_consumer`` are a variant for a short K (the linear forward's
+``linear_act_fwd_resident_kernel``): each program keeps its rows of x in shared memory for all
+their column tiles and the ring carries only W, so per output element half the L2-to-SM bytes
+move; three consumers take turns, and one output buffer, taken in tile order, leaves room
+for the ring beside x.
 Only for CUDA GPUs of compute capability 9.0 and 16-bit inputs (ops/_common.py
 ``pingpong_eligible``); the interpreter and other GPUs keep the Triton kernels.
 """
@@ -625,6 +630,148 @@ def pingpong_dpre_consumer(
             gl.store(db_partial_ptr + (row_start // BLOCK_M).to(gl.int64) * N + cols, gl.sum(dpre, axis=0),
                      mask=cols < N)
     tma.store_wait(0)
+
+
+@gluon.jit
+def resident_unit(unit, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HSPLIT):
+    """(first row, first column tile, tile count) of a resident-x unit: the column tiles of row
+    block ``unit // HSPLIT``, or its ``unit % HSPLIT``-th share of them where HSPLIT > 1."""
+    tiles_n = gl.cdiv(N, BLOCK_N)
+    per = gl.cdiv(tiles_n, HSPLIT)
+    first = (unit % HSPLIT) * per
+    return (unit // HSPLIT) * BLOCK_M, first, gl.minimum(tiles_n - first, per)
+
+
+@gluon.jit
+def resident_loader(x_desc, w_desc, x_bufs, w_bufs, x_ready, x_empty, ready, empty, M, N, HSPLIT,
+                    K_TILES: gl.constexpr, STAGES: gl.constexpr):
+    """Loader of a resident-x kernel (``resident_consumer``): for each unit of the program (units
+    ``program_id + j * num_programs``), its x rows into the ``K_TILES`` chunk buffers, each chunk
+    once the previous unit's last tiles are done with it (``x_empty``, phase j - 1), interleaved
+    with the unit's first tile's W steps; then W's ``[BLOCK_N, BLOCK_K]`` tiles through the ring,
+    one per K step of every tile in order."""
+    BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    tile = 0  # the program's running tile count, as the consumers keep it
+    unit_index = 0
+    for unit in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * HSPLIT, gl.num_programs(0)):
+        row_start, first, count_tiles = resident_unit(unit, N, BLOCK_M, BLOCK_N, HSPLIT)
+        for i in range(count_tiles):
+            col_start = (first + i) * BLOCK_N
+            for k in range(K_TILES):
+                if i == 0:
+                    mbarrier.wait(x_empty.index(k), (unit_index & 1) ^ 1)
+                    mbarrier.expect(x_ready.index(k), x_desc.block_type.nbytes)
+                    _tma_load(x_desc, [row_start, k * BLOCK_K], x_ready.index(k), x_bufs.index(k))
+                stage, bar = free_stage(ready, empty, (tile + i) * K_TILES + k, STAGES)
+                mbarrier.expect(bar, w_desc.block_type.nbytes)
+                _tma_load(w_desc, [col_start, k * BLOCK_K], bar, w_bufs.index(stage))
+        tile += count_tiles
+        unit_index += 1
+
+
+@gluon.jit
+def resident_mainloop(acc, x_bufs, w_bufs, x_ready, x_empty, ready, empty, turn, t, unit_index, i, count_tiles,
+                      CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, K_TILES: gl.constexpr, STAGES: gl.constexpr):
+    """acc + x_rows @ W_tile.T for the program's ``t``-th tile, the unit's ``i``-th of
+    ``count_tiles`` (``resident_consumer``): waits for this consumer's turn, issues one MMA per
+    K step from the resident x chunk and the ring's W stage (keeping one in flight, releasing
+    the stage before), passes the turn on after the last, waits for it and frees the ring's
+    last stage. The unit's last tile frees each x chunk once its MMA on it is done; the other
+    consumers' last tiles of the unit free every chunk after their MMAs (``x_empty`` counts
+    one arrival per consumer). Returns the finished accumulator."""
+    FIRST: gl.constexpr = 1 if CONSUMER == 0 else 0
+    last = i == count_tiles - 1
+    # consumer 0's first wait passes on the fresh barrier; the others wait for their predecessor
+    mbarrier.wait(turn.index(CONSUMER), ((t // CONSUMERS) & 1) ^ FIRST)
+    prev_stage = 0
+    for k in range(K_TILES):
+        count = t * K_TILES + k
+        stage = count % STAGES
+        mbarrier.wait(x_ready.index(k), unit_index & 1)
+        mbarrier.wait(ready.index(stage), (count // STAGES) & 1)
+        acc = warpgroup_mma(x_bufs.index(k), w_bufs.index(stage).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+        mbarrier.arrive(empty.index(prev_stage), count=1, pred=k > 0)
+        mbarrier.arrive(x_empty.index(gl.maximum(k - 1, 0)), count=1, pred=(k > 0) & last)
+        prev_stage = stage
+    mbarrier.arrive(turn.index((CONSUMER + 1) % CONSUMERS), count=1)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    mbarrier.arrive(empty.index(prev_stage), count=1)
+    mbarrier.arrive(x_empty.index(K_TILES - 1), count=1, pred=last)
+    if (i >= count_tiles - CONSUMERS) & (i < count_tiles - 1):
+        for k in range(K_TILES):
+            mbarrier.arrive(x_empty.index(k), count=1)
+    return acc
+
+
+@gluon.jit
+def resident_consumer(
+    b_ptr, y_desc, x_bufs, w_bufs, c_buf, x_ready, x_empty, ready, empty, turn, buffer_turn, M, N, HSPLIT,
+    CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr,
+    K_TILES: gl.constexpr, STAGES: gl.constexpr,
+):
+    """Consumer ``CONSUMER`` of ``CONSUMERS`` of a resident-x forward, ``y = act(x @ W.T + b)``:
+    takes the program's tiles ``CONSUMER, CONSUMER + CONSUMERS, ...`` (counted over its units),
+    main loops in tile order (``turn``, as ``rotating_glu_dh_consumer``) with the A operand from
+    the unit's resident x chunks, then bias and activation in registers and the tile out in two
+    column halves through the one buffer ``c_buf`` that the consumers take in tile order
+    (``buffer_turn``; each waits for its stores to have read the buffer before passing it on).
+    The main loop (``resident_mainloop``) frees a unit's x chunks after its last tiles, so that
+    the loader refills them for the next unit while the last main loop runs; every unit has at
+    least ``CONSUMERS`` tiles (the host's HSPLIT)."""
+    BLOCK_M: gl.constexpr = x_bufs.type.shape[1]
+    BLOCK_N: gl.constexpr = w_bufs.type.shape[1]
+    HALF: gl.constexpr = BLOCK_N // 2
+    acc_layout: gl.constexpr = accumulator_layout(BLOCK_N)
+    half_layout: gl.constexpr = accumulator_layout(HALF)
+    FIRST: gl.constexpr = 1 if CONSUMER == 0 else 0
+    tile = 0
+    unit_index = 0
+    for unit in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * HSPLIT, gl.num_programs(0)):
+        row_start, first, count_tiles = resident_unit(unit, N, BLOCK_M, BLOCK_N, HSPLIT)
+        for i in range(count_tiles):
+            t = tile + i
+            if t % CONSUMERS == CONSUMER:
+                turn_round = t // CONSUMERS
+                col_start = (first + i) * BLOCK_N
+                acc = resident_mainloop(gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=acc_layout), x_bufs,
+                                        w_bufs, x_ready, x_empty, ready, empty, turn, t, unit_index, i, count_tiles,
+                                        CONSUMER, CONSUMERS, K_TILES, STAGES)
+                if HAS_BIAS:  # loaded after the main loop: held through it, it would cost registers
+                    acc = acc + tile_bias(b_ptr, col_start, N, BLOCK_N, acc_layout)
+                left, right = split_column_halves(activation(acc, ACT).to(y_desc.dtype), half_layout)
+                mbarrier.wait(buffer_turn.index(CONSUMER), (turn_round & 1) ^ FIRST)
+                tma_store_tile(y_desc, c_buf, left, row_start, col_start)
+                tma_store_tile(y_desc, c_buf, right, row_start, col_start + HALF)
+                tma.store_wait(0)
+                mbarrier.arrive(buffer_turn.index((CONSUMER + 1) % CONSUMERS), count=1)
+        tile += count_tiles
+        unit_index += 1
+
+
+@gluon.jit
+def resident_setup(x_desc, w_desc, y_desc, K_TILES: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
+    """Shared memory of a resident-x kernel: ``K_TILES`` x chunk buffers (x_desc's block shape)
+    with a ready and an empty barrier each (the empty one counts every consumer), the W ring
+    (``STAGES`` tiles of w_desc's block), one output buffer (y_desc's block) and two barriers
+    per consumer: its main-loop turn and its turn at the output buffer."""
+    x_bufs = gl.allocate_shared_memory(x_desc.dtype, [K_TILES] + x_desc.block_type.shape, x_desc.layout)
+    w_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    c_buf = gl.allocate_shared_memory(y_desc.dtype, y_desc.block_type.shape, y_desc.layout)
+    x_ready = gl.allocate_shared_memory(gl.int64, [K_TILES, 1], mbarrier.MBarrierLayout())
+    x_empty = gl.allocate_shared_memory(gl.int64, [K_TILES, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for k in gl.static_range(K_TILES):
+        mbarrier.init(x_ready.index(k), count=1)
+        mbarrier.init(x_empty.index(k), count=CONSUMERS)
+    for stage in gl.static_range(STAGES):
+        mbarrier.init(ready.index(stage), count=1)
+        mbarrier.init(empty.index(stage), count=1)
+    return (x_bufs, w_bufs, c_buf, x_ready, x_empty, ready, empty, consumer_barriers(CONSUMERS),
+            consumer_barriers(CONSUMERS))
 
 
 @gluon.jit

@@ -4,12 +4,14 @@
         y = act(x @ weight.T + bias)
 
 Forward: one kernel (GEMM + bias + activation on the tile; on compute capability 9.0 with
-16-bit data the fastest of three forms, timed on the first call of each shape: the Triton TMA
-kernel and the Gluon ping-pong kernel, kernels/pingpong.py, alternating tiles between its two
-consumers or both on each tile; on a GPU with IEEE products, fp32 at PyTorch's "highest" matmul
-precision and fp64, the GEMM runs on cuBLAS instead, ``_cublas_fwd``). Backward (kernels/linear_act.py):
-one streaming kernel forms ``dpre = g * act'(pre)`` and the per-row-block db partials (reduced
-in a fixed order: deterministic), then ``dx = dpre @ W`` and ``dW = dpre.T @ x`` run on cuBLAS.
+16-bit data the fastest of the forms ``LINEAR_FORWARD_FORMS``, timed on the first call of each
+shape: the Triton TMA kernel; the Gluon ping-pong kernel, kernels/pingpong.py, alternating
+tiles between its two consumers or both on each tile; and up to K = 512 the resident-x kernel,
+which keeps each program's rows of x in shared memory; on a GPU with IEEE products, fp32 at
+PyTorch's "highest" matmul precision and fp64, the GEMM runs on cuBLAS instead,
+``_cublas_fwd``). Backward (kernels/linear_act.py): one streaming kernel forms
+``dpre = g * act'(pre)`` and the per-row-block db partials (reduced in a fixed order:
+deterministic), then ``dx = dpre @ W`` and ``dW = dpre.T @ x`` run on cuBLAS.
 The identity has no stream: dpre is g itself and db its column sum (PyTorch's, deterministic).
 ``FUSEDMLP_FUSED_DGRAD=1`` (read at import; or ``fusedmlp.ops.linear_act.FUSED_DGRAD``)
 switches dx to the fused dgrad kernel, which forms dpre on the tile inside its main loop and
@@ -55,6 +57,9 @@ from ..kernels.configs import (
     LINEAR_DPRE_RECOMPUTE_NARROW_MAX_K,
     LINEAR_COOPERATIVE_CONFIG,
     LINEAR_PINGPONG_CONFIG,
+    LINEAR_RESIDENT_CONFIG,
+    LINEAR_RESIDENT_CONSUMERS,
+    LINEAR_RESIDENT_MAX_K,
     LINEAR_TMA_CONFIGS,
     LINEAR_WIDE_COOPERATIVE_CONFIG,
     Launcher,
@@ -66,8 +71,10 @@ from ..kernels.linear_act import (
     linear_act_dpre_recompute_pingpong_kernel,
     linear_act_fwd_kernel,
     linear_act_fwd_pingpong_kernel,
+    linear_act_fwd_resident_kernel,
     linear_act_fwd_tma_kernel,
 )
+from ..kernels.launch import launch
 from ._common import (
     acc_dtypes,
     autocast_dtype,
@@ -118,13 +125,15 @@ FUSED_DGRAD = os.environ.get("FUSEDMLP_FUSED_DGRAD", "0") not in ("", "0")
 _dgrad_tma_launcher = Launcher(linear_act_dgrad_tma_kernel, LINEAR_DGRAD_TMA_CONFIGS, key=_DGRAD_KEY,
                                fixed=_DGRAD_FIXED)
 # The forward's forms on compute capability 9.0 (as the GLU forward's, ops/glu.py): the Triton
-# TMA kernel and the ping-pong kernel alternating tiles, cooperative or cooperative on wide
-# tiles (configs.py). On an H200 the alternating form was the fastest with gelu_tanh at every K
-# measured, so it is the rule where nothing is timed; the first call of each shape key times
-# the four.
+# TMA kernel, the ping-pong kernel alternating tiles, cooperative or cooperative on wide tiles
+# (configs.py), and at K <= LINEAR_RESIDENT_MAX_K without pre stored the resident-x kernel (x's
+# rows kept in shared memory, three consumers). The first call of each shape key times those
+# offered. Where nothing is timed the rule is the resident form where it is offered (on an H200
+# it beat the alternating form at every K <= 512 measured, with gelu_tanh, silu and the
+# identity), else the alternating form (the fastest with gelu_tanh at every K measured).
 LINEAR_FORWARD_PINGPONG_FORMS = {"alternating": LINEAR_PINGPONG_CONFIG, "cooperative": LINEAR_COOPERATIVE_CONFIG,
                                  "wide": LINEAR_WIDE_COOPERATIVE_CONFIG}
-LINEAR_FORWARD_FORMS = ("tma", *LINEAR_FORWARD_PINGPONG_FORMS)
+LINEAR_FORWARD_FORMS = ("tma", *LINEAR_FORWARD_PINGPONG_FORMS, "resident")
 linear_forward_form = FastestForm(fields=("device", "dtype", "m_key", "n", "k", "activation", "bias", "store_pre"),
                                   name="linear_forward")
 
@@ -171,11 +180,13 @@ def _launch_fwd(x, weight, bias, act, store_pre):
                     persistent_grid(num_sms(x), m, n), x_desc=x, w_desc=weight, b_ptr=b_ptr, y_desc=y,
                     pre_desc=pre_or_y, **common, **dot_meta(x.dtype),
                 )
+            if form == "resident":
+                return _launch_fwd_resident(x, weight, b_ptr, y, common)
             return _launch_fwd_pingpong(x, weight, b_ptr, y, pre_or_y, common, form)
 
         key = (x.device.index, x.dtype, common["M_KEY"], n, k, act, bias is not None, store_pre)
-        linear_forward_form.run(key, LINEAR_FORWARD_FORMS if pingpong_device(x) else ("tma",), "alternating",
-                                launch)
+        forms = _forward_forms(x, n, k, store_pre)
+        linear_forward_form.run(key, forms, "resident" if "resident" in forms else "alternating", launch)
         return y, pre
     grid = lambda meta: (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
     _fwd_launcher.launch(
@@ -185,6 +196,43 @@ def _launch_fwd(x, weight, bias, act, store_pre):
         **common, **dot_meta(x.dtype), dtype=x.dtype,
     )
     return y, pre
+
+
+def _forward_forms(x, n, k, store_pre):
+    """The forward's forms that a call's device and shape admit (``LINEAR_FORWARD_FORMS``): the
+    TMA kernel alone off compute capability 9.0; the resident-x kernel only up to
+    ``LINEAR_RESIDENT_MAX_K``, without pre stored, and with a column tile per consumer."""
+    if not pingpong_device(x):
+        return ("tma",)
+    resident = (k <= LINEAR_RESIDENT_MAX_K and not store_pre
+                and cdiv(n, LINEAR_RESIDENT_CONFIG["BLOCK_N"]) >= LINEAR_RESIDENT_CONSUMERS)
+    return LINEAR_FORWARD_FORMS if resident else LINEAR_FORWARD_FORMS[:-1]
+
+
+def resident_row_shares(m: int, n: int, sms: int) -> int:
+    """Programs per 128-row block of the resident-x forward (its HSPLIT): about one program per
+    SM where there are fewer row blocks than SMs (each reads the block's x once), one
+    otherwise; no share with fewer column tiles than the kernel has consumers (each unit's x is
+    freed by one arrival per consumer)."""
+    block_m, block_n = LINEAR_RESIDENT_CONFIG["BLOCK_M"], LINEAR_RESIDENT_CONFIG["BLOCK_N"]
+    tiles_n = cdiv(n, block_n)
+    shares = max(1, min(tiles_n // LINEAR_RESIDENT_CONSUMERS, round(sms / cdiv(m, block_m))))
+    while tiles_n - (shares - 1) * cdiv(tiles_n, shares) < LINEAR_RESIDENT_CONSUMERS:  # the last share
+        shares -= 1
+    return shares
+
+
+def _launch_fwd_resident(x, weight, b_ptr, y, common):
+    meta = dict(LINEAR_RESIDENT_CONFIG)
+    block_m, block_n, block_k, epilogue_n = (meta.pop(name)
+                                             for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "EPILOGUE_N"))
+    m, n, k = common["M"], common["N"], common["K"]
+    sms = num_sms(x)
+    shares = resident_row_shares(m, n, sms)
+    launch(linear_act_fwd_resident_kernel, (min(sms, cdiv(m, block_m) * shares),), x_desc=x, w_desc=weight,
+           b_ptr=b_ptr, y_desc=y, M=m, N=n, HSPLIT=shares, ACT=common["ACT"], HAS_BIAS=common["HAS_BIAS"],
+           K_TILES=cdiv(k, block_k), **meta,
+           descriptor_blocks=dict(x_desc=(block_m, block_k), w_desc=(block_n, block_k), y_desc=(block_m, epilogue_n)))
 
 
 def _launch_fwd_pingpong(x, weight, b_ptr, y, pre, common, form):
