@@ -266,9 +266,10 @@ LINEAR_WIDE_COOPERATIVE_CONFIG = dict(LINEAR_COOPERATIVE_CONFIG, BLOCK_M=64, BLO
 # (80 KiB) and one [128, 64] output buffer (EPILOGUE_N: the tile goes out in column halves),
 # 224 KiB. Three consumers: 16 warps at launch (128 registers a thread), then 160 for the
 # consumers (ptxas spills up to 216-288 bytes a thread, outside the main loop) and 24
-# for the loader. Against 4 stages and one [128, 64] buffer per consumer with two consumers:
-# 53.6 against 57.8 us at 16384 x 512 -> 1792 with gelu_tanh (H200; benchmarks/NOTES.md, "The
-# linear forward at K = 512").
+# for the loader. At 16384 x 512 -> 1792 with gelu_tanh, in one run (H200): 54.0 us, against
+# 58.5 with two consumers (quarter-width buffers, 5 stages), 59.6 with two sharing the buffer
+# and 54.7 for the alternating ping-pong kernel (benchmarks/NOTES.md, "The linear forward at
+# K = 512: x resident with three consumers").
 LINEAR_RESIDENT_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "EPILOGUE_N": 64, "STAGES": 5,
                           "CONSUMER_REGS": 160, "LOADER_REGS": 24, "num_warps": 4, "maxnreg": 128}
 LINEAR_RESIDENT_MAX_K = 512  # x's chunks beside the ring and the buffer: 8 x 16 KiB

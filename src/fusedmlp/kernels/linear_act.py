@@ -159,9 +159,10 @@ def linear_act_fwd_resident_kernel(
     epilogue. 128 KB of x leaves room for a 5-stage W ring and one [128, 64] output buffer,
     which the consumers take in turn. Against the alternating ping-pong kernel (H200, bf16,
     CUDA graphs, gelu_tanh with bias): 53.6 against 55.1 us at 16384 x 512 -> 1792, 211.8
-    against 228.7 at 65536 rows (benchmarks/NOTES.md, "The linear forward at K = 512"). y
+    against 228.7 at 65536 rows (benchmarks/NOTES.md, "The linear forward at K = 512: x
+    resident with three consumers"). y
     alone (no pre); 16-bit data."""
-    CONSUMERS: gl.constexpr = 3
+    CONSUMERS: gl.constexpr = 3  # configs.py: LINEAR_RESIDENT_CONSUMERS, which the host's shares respect
     x_bufs, w_bufs, c_buf, x_ready, x_empty, ready, empty, turn, buffer_turn = resident_setup(
         x_desc, w_desc, y_desc, K_TILES, STAGES, CONSUMERS)
     gl.warp_specialize([

@@ -217,7 +217,7 @@ def resident_row_shares(m: int, n: int, sms: int) -> int:
     block_m, block_n = LINEAR_RESIDENT_CONFIG["BLOCK_M"], LINEAR_RESIDENT_CONFIG["BLOCK_N"]
     tiles_n = cdiv(n, block_n)
     shares = max(1, min(tiles_n // LINEAR_RESIDENT_CONSUMERS, round(sms / cdiv(m, block_m))))
-    while tiles_n - (shares - 1) * cdiv(tiles_n, shares) < LINEAR_RESIDENT_CONSUMERS:  # the last share
+    while shares > 1 and tiles_n - (shares - 1) * cdiv(tiles_n, shares) < LINEAR_RESIDENT_CONSUMERS:  # the last
         shares -= 1
     return shares
 
