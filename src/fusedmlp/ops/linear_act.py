@@ -217,7 +217,8 @@ def resident_row_shares(m: int, n: int, sms: int) -> int:
     block_m, block_n = LINEAR_RESIDENT_CONFIG["BLOCK_M"], LINEAR_RESIDENT_CONFIG["BLOCK_N"]
     tiles_n = cdiv(n, block_n)
     shares = max(1, min(tiles_n // LINEAR_RESIDENT_CONSUMERS, round(sms / cdiv(m, block_m))))
-    while shares > 1 and tiles_n - (shares - 1) * cdiv(tiles_n, shares) < LINEAR_RESIDENT_CONSUMERS:  # the last
+    # the last share is the shortest
+    while shares > 1 and tiles_n - (shares - 1) * cdiv(tiles_n, shares) < LINEAR_RESIDENT_CONSUMERS:
         shares -= 1
     return shares
 
