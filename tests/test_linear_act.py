@@ -357,6 +357,23 @@ def test_resident_forward_on_gpu(monkeypatch, dtype, activation):
     assert shares == [1, 2, 1, 3], shares
 
 
+def test_forward_forms_offer_the_resident_form_where_it_fits(monkeypatch):
+    """The linear forward's forms on a (pretended) compute capability 9.0 device: the resident-x
+    form only up to K = LINEAR_RESIDENT_MAX_K, without pre stored, with at least a column tile
+    of 128 per consumer; off that device the TMA kernel alone."""
+    import fusedmlp.ops.linear_act as ops
+    from fusedmlp.kernels.configs import LINEAR_RESIDENT_MAX_K
+
+    x = torch.empty(4, 8)
+    assert ops._forward_forms(x, 1792, 512, False) == ("tma",)
+    monkeypatch.setattr(ops, "pingpong_device", lambda t: True)
+    assert ops._forward_forms(x, 1792, 512, False) == ops.LINEAR_FORWARD_FORMS
+    assert "resident" in ops._forward_forms(x, 257, 8, False)  # three column tiles, one K step
+    for n, k, store_pre in [(1792, LINEAR_RESIDENT_MAX_K + 8, False), (1792, 512, True), (256, 512, False)]:
+        forms = ops._forward_forms(x, n, k, store_pre)
+        assert "resident" not in forms and "alternating" in forms, (n, k, store_pre, forms)
+
+
 def test_resident_row_shares():
     """The resident forward's programs per row block: about one per SM where row blocks are
     fewer than SMs, one where they are not, and never a share with fewer column tiles than the
