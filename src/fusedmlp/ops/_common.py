@@ -360,7 +360,7 @@ def rows_aligned(t: torch.Tensor) -> bool:
 
 
 def launch_pingpong(kernel, config: dict, m: int, n: int, sms: int, x_descs: dict, w_descs: dict,
-                    out_descs: dict, kn_descs: dict = None, other_descs: dict = None, **kwargs):
+                    out_descs: dict, kn_descs: dict = None, other_descs: dict = None, units: int = None, **kwargs):
     """Launch a ping-pong kernel (kernels/pingpong.py) over an [m, n] output, one program per SM
     (at most one per tile). ``config`` holds its block sizes and meta-parameters; the
     descriptor arguments are plain tensors, grouped by block shape: tiles of x ``[BLOCK_M,
@@ -369,7 +369,9 @@ def launch_pingpong(kernel, config: dict, m: int, n: int, sms: int, x_descs: dic
     With ``COOPERATIVE`` (BLOCK_M rows per consumer, both consumers on each tile) a tile and
     its x tiles have ``2 * BLOCK_M`` rows. ``EPILOGUE_N`` (default BLOCK_N): the outputs'
     block width, for a kernel whose epilogue takes a tile in column pieces. ``other_descs``:
-    name -> (tensor, block shape) for descriptors of any other block."""
+    name -> (tensor, block shape) for descriptors of any other block. ``units``: how many units
+    of work the programs share where that is not the output's tiles (e.g. the resident-x
+    kernel's row blocks or their shares)."""
     meta = dict(config)
     block_m, block_n, block_k = (meta.pop(name) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
     epilogue_n = meta.pop("EPILOGUE_N", block_n)
@@ -379,7 +381,7 @@ def launch_pingpong(kernel, config: dict, m: int, n: int, sms: int, x_descs: dic
               **dict.fromkeys(out_descs, (block_m, epilogue_n)), **dict.fromkeys(kn_descs, (block_k, block_n))}
     other = {name: tensor for name, (tensor, _) in (other_descs or {}).items()}
     blocks.update({name: block for name, (_, block) in (other_descs or {}).items()})
-    grid = (min(sms, cdiv(m, tile_m) * cdiv(n, block_n)),)
+    grid = (min(sms, cdiv(m, tile_m) * cdiv(n, block_n) if units is None else units),)
     launch(kernel, grid, **x_descs, **w_descs, **out_descs, **kn_descs, **other, **kwargs, **meta,
            descriptor_blocks=blocks)
 

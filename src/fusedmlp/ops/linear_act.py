@@ -74,7 +74,6 @@ from ..kernels.linear_act import (
     linear_act_fwd_resident_kernel,
     linear_act_fwd_tma_kernel,
 )
-from ..kernels.launch import launch
 from ._common import (
     acc_dtypes,
     autocast_dtype,
@@ -206,7 +205,7 @@ def _forward_forms(x, n, k, store_pre):
         return ("tma",)
     resident = (k <= LINEAR_RESIDENT_MAX_K and not store_pre
                 and cdiv(n, LINEAR_RESIDENT_CONFIG["BLOCK_N"]) >= LINEAR_RESIDENT_CONSUMERS)
-    return LINEAR_FORWARD_FORMS if resident else LINEAR_FORWARD_FORMS[:-1]
+    return tuple(form for form in LINEAR_FORWARD_FORMS if resident or form != "resident")
 
 
 def resident_row_shares(m: int, n: int, sms: int) -> int:
@@ -224,16 +223,13 @@ def resident_row_shares(m: int, n: int, sms: int) -> int:
 
 
 def _launch_fwd_resident(x, weight, b_ptr, y, common):
-    meta = dict(LINEAR_RESIDENT_CONFIG)
-    block_m, block_n, block_k, epilogue_n = (meta.pop(name)
-                                             for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "EPILOGUE_N"))
     m, n, k = common["M"], common["N"], common["K"]
     sms = num_sms(x)
     shares = resident_row_shares(m, n, sms)
-    launch(linear_act_fwd_resident_kernel, (min(sms, cdiv(m, block_m) * shares),), x_desc=x, w_desc=weight,
-           b_ptr=b_ptr, y_desc=y, M=m, N=n, HSPLIT=shares, ACT=common["ACT"], HAS_BIAS=common["HAS_BIAS"],
-           K_TILES=cdiv(k, block_k), **meta,
-           descriptor_blocks=dict(x_desc=(block_m, block_k), w_desc=(block_n, block_k), y_desc=(block_m, epilogue_n)))
+    launch_pingpong(linear_act_fwd_resident_kernel, LINEAR_RESIDENT_CONFIG, m, n, sms, {"x_desc": x},
+                    {"w_desc": weight}, {"y_desc": y}, units=cdiv(m, LINEAR_RESIDENT_CONFIG["BLOCK_M"]) * shares,
+                    b_ptr=b_ptr, M=m, N=n, HSPLIT=shares, ACT=common["ACT"], HAS_BIAS=common["HAS_BIAS"],
+                    K_TILES=cdiv(k, LINEAR_RESIDENT_CONFIG["BLOCK_K"]))
 
 
 def _launch_fwd_pingpong(x, weight, b_ptr, y, pre, common, form):
