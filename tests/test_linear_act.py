@@ -12,7 +12,10 @@ from helpers import (
 from torch import nn
 
 import fusedmlp
-from fusedmlp.kernels.configs import LINEAR_DPRE_CONFIGS, LINEAR_FP32_CONFIGS, LINEAR_TMA_CONFIGS
+from fusedmlp.kernels.configs import (
+    LINEAR_DPRE_CONFIGS, LINEAR_FP32_CONFIGS, LINEAR_RESIDENT_ACTIVATIONS, LINEAR_RESIDENT_BIAS_FIRST,
+    LINEAR_TMA_CONFIGS,
+)
 from fusedmlp.ops.activations import ACTIVATIONS
 from fusedmlp.ops.linear_act import linear_act_reference
 
@@ -235,12 +238,19 @@ def test_pingpong_kernel_compiles_for_hopper():
 def test_resident_kernel_compiles_for_hopper():
     """The resident-x forward (x's rows kept in shared memory, three consumers of 160 registers)
     compiles for sm_90a at K = 512 (8 chunks of x beside the 5-stage ring and the output
-    buffer: within the shared memory) for every activation, with a bias and without. ptxas
+    buffer: within the shared memory) for every activation it is offered for, with a bias and
+    without, the accumulator starting from the bias where the library starts it so. ptxas
     spills there, mostly the tile loop's addresses and counters, outside the main loop: up to
-    216 bytes a thread with Triton 3.9 (gelu_tanh with a bias), 288 with 3.6 (sigmoid with a
-    bias); at most 320."""
-    facts = compile_pingpong_for_hopper("linear_act", "linear_act_fwd_resident_kernel",
-                                        'LINEAR_RESIDENT_CONFIG:{"K_TILES": 8}', ACTIVATIONS, max_stack=320)
+    208 bytes a thread with Triton 3.9 (silu with a bias; gelu_tanh 216 and sigmoid 192 with the
+    bias after the main loop, 128 and 96 from it), 288 with 3.6 (sigmoid with the bias after the
+    main loop); at most 320."""
+    facts = {}
+    for bias_first in (False, True):
+        acts = [act for act in LINEAR_RESIDENT_ACTIVATIONS if (act in LINEAR_RESIDENT_BIAS_FIRST) == bias_first]
+        facts.update(compile_pingpong_for_hopper(
+            "linear_act", "linear_act_fwd_resident_kernel",
+            f'LINEAR_RESIDENT_CONFIG:{{"K_TILES": 8, "BIAS_FIRST": {str(bias_first).lower()}}}', acts, max_stack=320))
+    assert len(facts) == 2 * len(LINEAR_RESIDENT_ACTIVATIONS), facts
     assert all(fact["shared"] > 200 * 1024 for fact in facts.values()), facts  # x's 128 KiB is in there
 
 
@@ -329,10 +339,11 @@ def test_every_forward_form_on_gpu(monkeypatch, dtype, activation):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("activation", LINEAR_RESIDENT_ACTIVATIONS)
 def test_resident_forward_on_gpu(monkeypatch, dtype, activation):
     """The resident-x forward (x's rows kept in shared memory, three consumers), forced on
-    compute capability 9.0: output and gradients match float64, with and without bias, on
+    compute capability 9.0 for every activation it is offered for (the accumulator from the
+    bias where the library starts it so): output and gradients match float64, with and without bias, on
     shapes that walk its units every way: several row blocks per program (3 SMs), a row block
     split in 2 shares and in 3 with a shorter last one (``resident_row_shares``), partial row,
     column and K tiles, one x chunk (K = 64) and eight (K = 512), three column tiles (one per
@@ -359,18 +370,22 @@ def test_resident_forward_on_gpu(monkeypatch, dtype, activation):
 
 def test_forward_forms_offer_the_resident_form_where_it_fits(monkeypatch):
     """The linear forward's forms on a (pretended) compute capability 9.0 device: the resident-x
-    form only up to K = LINEAR_RESIDENT_MAX_K, without pre stored, with at least a column tile
-    of 128 per consumer; off that device the TMA kernel alone."""
+    form only up to K = LINEAR_RESIDENT_MAX_K, for every activation but gelu (whose epilogue it
+    runs slower than the alternating form), without pre stored, with at least a column tile of
+    128 per consumer; off that device the TMA kernel alone."""
     import fusedmlp.ops.linear_act as ops
     from fusedmlp.kernels.configs import LINEAR_RESIDENT_MAX_K
 
     x = torch.empty(4, 8)
-    assert ops._forward_forms(x, 1792, 512, False) == ("tma",)
+    assert ops._forward_forms(x, 1792, 512, "gelu_tanh", False) == ("tma",)
     monkeypatch.setattr(ops, "pingpong_device", lambda t: True)
-    assert ops._forward_forms(x, 1792, 512, False) == ops.LINEAR_FORWARD_FORMS
-    assert "resident" in ops._forward_forms(x, 257, 8, False)  # three column tiles, one K step
+    for act in ACTIVATIONS:
+        forms = ops._forward_forms(x, 1792, 512, act, False)
+        assert forms == (tuple(f for f in ops.LINEAR_FORWARD_FORMS if f != "resident") if act == "gelu"
+                         else ops.LINEAR_FORWARD_FORMS), (act, forms)
+    assert "resident" in ops._forward_forms(x, 257, 8, "relu", False)  # three column tiles, one K step
     for n, k, store_pre in [(1792, LINEAR_RESIDENT_MAX_K + 8, False), (1792, 512, True), (256, 512, False)]:
-        forms = ops._forward_forms(x, n, k, store_pre)
+        forms = ops._forward_forms(x, n, k, "gelu_tanh", store_pre)
         assert "resident" not in forms and "alternating" in forms, (n, k, store_pre, forms)
 
 

@@ -274,6 +274,19 @@ LINEAR_RESIDENT_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "EPILOG
                           "CONSUMER_REGS": 160, "LOADER_REGS": 24, "num_warps": 4, "maxnreg": 128}
 LINEAR_RESIDENT_MAX_K = 512  # x's chunks beside the ring and the buffer: 8 x 16 KiB
 LINEAR_RESIDENT_CONSUMERS = 3  # every unit of the kernel needs at least a tile per consumer
+# The activations the resident form is offered for, and those whose accumulator starts from the
+# bias (its BIAS_FIRST). H200, bf16, CUDA graphs, with bias, 6-8 interleaved rounds, medians in us
+# at 16384 / 65536 x 512 -> 1792: the bias after the main loop | bias first | the alternating
+# ping-pong kernel (benchmarks/NOTES.md, "The resident linear forward by activation"):
+#   gelu_tanh     53.7 | 52.5 | 54.4      203.4 | 201.0 | 219.8
+#   sigmoid       54.3 | 53.2 | 55.2      203.4 | 204.6 | 220.8  (rounds 201-209 either way)
+#   silu          51.9 | 53.0 | 53.7      195.3 | 203.3 | 212.2
+#   identity      49.4 | 50.7 | 50.8      189.5 | 191.0 | 202.8
+#   relu          49.9 | 50.4 | 53.8      192.3 | 192.4 | 214.6
+#   squared_relu  50.6 | 53.0 | 52.8      194.9 | 197.3 | 211.6
+#   gelu          94.1 | 88.7 | 79.6      335.6 | 316.9 | 290.9  (erf: the longest epilogue; not offered)
+LINEAR_RESIDENT_ACTIVATIONS = ("identity", "relu", "squared_relu", "gelu_tanh", "sigmoid", "silu")
+LINEAR_RESIDENT_BIAS_FIRST = ("gelu_tanh", "sigmoid")
 # The input gradient dx = a @ W + tail_a @ tail_W (linear_act.py's dgrad_pingpong_kernel, W read
 # as [K, N] tiles): the wide cooperative tiles. LoRA (dpre @ W + d_xa @ A), H100, bf16, kernel
 # time in CUDA graphs (us; 4096 x 4096 weight, r = 16, 8192 / 32768 rows): without the low-rank

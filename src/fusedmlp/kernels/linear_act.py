@@ -146,8 +146,8 @@ def linear_act_fwd_pingpong_kernel(
 def linear_act_fwd_resident_kernel(
     x_desc, w_desc, b_ptr, y_desc,
     M, N, HSPLIT,
-    ACT: gl.constexpr, HAS_BIAS: gl.constexpr, K_TILES: gl.constexpr, STAGES: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: LINEAR_RESIDENT_CONFIG
+    ACT: gl.constexpr, HAS_BIAS: gl.constexpr, BIAS_FIRST: gl.constexpr, K_TILES: gl.constexpr,
+    STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: LINEAR_RESIDENT_CONFIG
 ):
     """``y = act(x @ W.T + b)`` for a short K (at most ``LINEAR_RESIDENT_MAX_K``) with each
     program's rows of x kept in shared memory (pingpong.py, ``resident_consumer``): a program
@@ -160,18 +160,19 @@ def linear_act_fwd_resident_kernel(
     which the consumers take in turn. Against the alternating ping-pong kernel (H200, bf16,
     CUDA graphs, gelu_tanh with bias): 53.6 against 55.1 us at 16384 x 512 -> 1792, 211.8
     against 228.7 at 65536 rows (benchmarks/NOTES.md, "The linear forward at K = 512: x
-    resident with three consumers"). y
-    alone (no pre); 16-bit data."""
+    resident with three consumers"); with BIAS_FIRST, the accumulator starting from the bias
+    (configs.py, ``LINEAR_RESIDENT_BIAS_FIRST``: the activations where that measured faster),
+    52.5 against 54.4 us. y alone (no pre); 16-bit data."""
     CONSUMERS: gl.constexpr = 3  # configs.py: LINEAR_RESIDENT_CONSUMERS, which the host's shares respect
     x_bufs, w_bufs, c_buf, x_ready, x_empty, ready, empty, turn, buffer_turn = resident_setup(
         x_desc, w_desc, y_desc, K_TILES, STAGES, CONSUMERS)
     gl.warp_specialize([
         (resident_consumer, (b_ptr, y_desc, x_bufs, w_bufs, c_buf, x_ready, x_empty, ready, empty, turn, buffer_turn,
-                             M, N, HSPLIT, 0, CONSUMERS, ACT, HAS_BIAS, K_TILES, STAGES)),
+                             M, N, HSPLIT, 0, CONSUMERS, ACT, HAS_BIAS, BIAS_FIRST, K_TILES, STAGES)),
         (resident_consumer, (b_ptr, y_desc, x_bufs, w_bufs, c_buf, x_ready, x_empty, ready, empty, turn, buffer_turn,
-                             M, N, HSPLIT, 1, CONSUMERS, ACT, HAS_BIAS, K_TILES, STAGES)),
+                             M, N, HSPLIT, 1, CONSUMERS, ACT, HAS_BIAS, BIAS_FIRST, K_TILES, STAGES)),
         (resident_consumer, (b_ptr, y_desc, x_bufs, w_bufs, c_buf, x_ready, x_empty, ready, empty, turn, buffer_turn,
-                             M, N, HSPLIT, 2, CONSUMERS, ACT, HAS_BIAS, K_TILES, STAGES)),
+                             M, N, HSPLIT, 2, CONSUMERS, ACT, HAS_BIAS, BIAS_FIRST, K_TILES, STAGES)),
         (resident_loader, (x_desc, w_desc, x_bufs, w_bufs, x_ready, x_empty, ready, empty, M, N, HSPLIT, K_TILES,
                            STAGES)),
     ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, LOADER_REGS])

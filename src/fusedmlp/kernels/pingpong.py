@@ -710,7 +710,7 @@ def resident_mainloop(acc, x_bufs, w_bufs, x_ready, x_empty, ready, empty, turn,
 def resident_consumer(
     b_ptr, y_desc, x_bufs, w_bufs, c_buf, x_ready, x_empty, ready, empty, turn, buffer_turn, M, N, HSPLIT,
     CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr,
-    K_TILES: gl.constexpr, STAGES: gl.constexpr,
+    BIAS_FIRST: gl.constexpr, K_TILES: gl.constexpr, STAGES: gl.constexpr,
 ):
     """Consumer ``CONSUMER`` of ``CONSUMERS`` of a resident-x forward, ``y = act(x @ W.T + b)``:
     takes the program's tiles ``CONSUMER, CONSUMER + CONSUMERS, ...`` (counted over its units),
@@ -718,6 +718,8 @@ def resident_consumer(
     the unit's resident x chunks, then bias and activation in registers and the tile out in two
     column halves through the one buffer ``c_buf`` that the consumers take in tile order
     (``buffer_turn``; each waits for its stores to have read the buffer before passing it on).
+    With BIAS_FIRST the accumulator starts from the bias, loaded while the consumer waits for
+    its turn, so the epilogue holds no bias tile (configs.py, ``LINEAR_RESIDENT_BIAS_FIRST``).
     The main loop (``resident_mainloop``) frees a unit's x chunks after its last tiles, so that
     the loader refills them for the next unit while the last main loop runs; every unit has at
     least ``CONSUMERS`` tiles (the host's HSPLIT)."""
@@ -736,10 +738,12 @@ def resident_consumer(
             if t % CONSUMERS == CONSUMER:
                 turn_round = t // CONSUMERS
                 col_start = (first + i) * BLOCK_N
-                acc = resident_mainloop(gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=acc_layout), x_bufs,
-                                        w_bufs, x_ready, x_empty, ready, empty, turn, t, unit_index, i, count_tiles,
-                                        CONSUMER, CONSUMERS, K_TILES, STAGES)
-                if HAS_BIAS:  # loaded after the main loop: held through it, it would cost registers
+                acc = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=acc_layout)
+                if HAS_BIAS and BIAS_FIRST:
+                    acc = acc + tile_bias(b_ptr, col_start, N, BLOCK_N, acc_layout)
+                acc = resident_mainloop(acc, x_bufs, w_bufs, x_ready, x_empty, ready, empty, turn, t, unit_index, i,
+                                        count_tiles, CONSUMER, CONSUMERS, K_TILES, STAGES)
+                if HAS_BIAS and not BIAS_FIRST:  # after the main loop: a bias tile held through it costs registers
                     acc = acc + tile_bias(b_ptr, col_start, N, BLOCK_N, acc_layout)
                 left, right = split_column_halves(activation(acc, ACT).to(y_desc.dtype), half_layout)
                 mbarrier.wait(buffer_turn.index(CONSUMER), (turn_round & 1) ^ FIRST)

@@ -57,6 +57,8 @@ from ..kernels.configs import (
     LINEAR_DPRE_RECOMPUTE_NARROW_MAX_K,
     LINEAR_COOPERATIVE_CONFIG,
     LINEAR_PINGPONG_CONFIG,
+    LINEAR_RESIDENT_ACTIVATIONS,
+    LINEAR_RESIDENT_BIAS_FIRST,
     LINEAR_RESIDENT_CONFIG,
     LINEAR_RESIDENT_CONSUMERS,
     LINEAR_RESIDENT_MAX_K,
@@ -126,10 +128,11 @@ _dgrad_tma_launcher = Launcher(linear_act_dgrad_tma_kernel, LINEAR_DGRAD_TMA_CON
 # The forward's forms on compute capability 9.0 (as the GLU forward's, ops/glu.py): the Triton
 # TMA kernel, the ping-pong kernel alternating tiles, cooperative or cooperative on wide tiles
 # (configs.py), and at K <= LINEAR_RESIDENT_MAX_K without pre stored the resident-x kernel (x's
-# rows kept in shared memory, three consumers). The first call of each shape key times those
-# offered. Where nothing is timed the rule is the resident form where it is offered (on an H200
-# it beat the alternating form at every K <= 512 measured, with gelu_tanh, silu and the
-# identity), else the alternating form (the fastest with gelu_tanh at every K measured).
+# rows kept in shared memory, three consumers; not with gelu, whose long epilogue it runs 1.1-1.2x
+# slower than the alternating form: LINEAR_RESIDENT_ACTIVATIONS). The first call of each shape key
+# times those offered. Where nothing is timed the rule is the resident form where it is offered
+# (on an H200 it beat the alternating form at every K <= 512 measured, with every activation it is
+# offered for), else the alternating form (the fastest with gelu_tanh at every K measured).
 LINEAR_FORWARD_PINGPONG_FORMS = {"alternating": LINEAR_PINGPONG_CONFIG, "cooperative": LINEAR_COOPERATIVE_CONFIG,
                                  "wide": LINEAR_WIDE_COOPERATIVE_CONFIG}
 LINEAR_FORWARD_FORMS = ("tma", *LINEAR_FORWARD_PINGPONG_FORMS, "resident")
@@ -184,7 +187,7 @@ def _launch_fwd(x, weight, bias, act, store_pre):
             return _launch_fwd_pingpong(x, weight, b_ptr, y, pre_or_y, common, form)
 
         key = (x.device.index, x.dtype, common["M_KEY"], n, k, act, bias is not None, store_pre)
-        forms = _forward_forms(x, n, k, store_pre)
+        forms = _forward_forms(x, n, k, act, store_pre)
         linear_forward_form.run(key, forms, "resident" if "resident" in forms else "alternating", launch)
         return y, pre
     grid = lambda meta: (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
@@ -197,13 +200,14 @@ def _launch_fwd(x, weight, bias, act, store_pre):
     return y, pre
 
 
-def _forward_forms(x, n, k, store_pre):
-    """The forward's forms that a call's device and shape admit (``LINEAR_FORWARD_FORMS``): the
-    TMA kernel alone off compute capability 9.0; the resident-x kernel only up to
-    ``LINEAR_RESIDENT_MAX_K``, without pre stored, and with a column tile per consumer."""
+def _forward_forms(x, n, k, act, store_pre):
+    """The forward's forms that a call's device, shape and activation admit
+    (``LINEAR_FORWARD_FORMS``): the TMA kernel alone off compute capability 9.0; the resident-x
+    kernel only up to ``LINEAR_RESIDENT_MAX_K``, for ``LINEAR_RESIDENT_ACTIVATIONS``, without pre
+    stored, and with a column tile per consumer."""
     if not pingpong_device(x):
         return ("tma",)
-    resident = (k <= LINEAR_RESIDENT_MAX_K and not store_pre
+    resident = (k <= LINEAR_RESIDENT_MAX_K and act in LINEAR_RESIDENT_ACTIVATIONS and not store_pre
                 and cdiv(n, LINEAR_RESIDENT_CONFIG["BLOCK_N"]) >= LINEAR_RESIDENT_CONSUMERS)
     return tuple(form for form in LINEAR_FORWARD_FORMS if resident or form != "resident")
 
@@ -229,6 +233,7 @@ def _launch_fwd_resident(x, weight, b_ptr, y, common):
     launch_pingpong(linear_act_fwd_resident_kernel, LINEAR_RESIDENT_CONFIG, m, n, sms, {"x_desc": x},
                     {"w_desc": weight}, {"y_desc": y}, units=cdiv(m, LINEAR_RESIDENT_CONFIG["BLOCK_M"]) * shares,
                     b_ptr=b_ptr, M=m, N=n, HSPLIT=shares, ACT=common["ACT"], HAS_BIAS=common["HAS_BIAS"],
+                    BIAS_FIRST=common["ACT"] in LINEAR_RESIDENT_BIAS_FIRST,
                     K_TILES=cdiv(k, LINEAR_RESIDENT_CONFIG["BLOCK_K"]))
 
 
