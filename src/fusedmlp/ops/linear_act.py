@@ -7,9 +7,9 @@ Forward: one kernel (GEMM + bias + activation on the tile; on compute capability
 16-bit data the fastest of the forms ``LINEAR_FORWARD_FORMS``, timed on the first call of each
 shape: the Triton TMA kernel; the Gluon ping-pong kernel, kernels/pingpong.py, alternating
 tiles between its two consumers or both on each tile; and up to K = 512 the resident-x kernel,
-which keeps each program's rows of x in shared memory; on a GPU with IEEE products, fp32 at
-PyTorch's "highest" matmul precision and fp64, the GEMM runs on cuBLAS instead,
-``_cublas_fwd``). Backward (kernels/linear_act.py): one streaming kernel forms
+which keeps each program's rows of x in shared memory (not for gelu); on a GPU with IEEE
+products, fp32 at PyTorch's "highest" matmul precision and fp64, the GEMM runs on cuBLAS
+instead, ``_cublas_fwd``). Backward (kernels/linear_act.py): one streaming kernel forms
 ``dpre = g * act'(pre)`` and the per-row-block db partials (reduced in a fixed order:
 deterministic), then ``dx = dpre @ W`` and ``dW = dpre.T @ x`` run on cuBLAS.
 The identity has no stream: dpre is g itself and db its column sum (PyTorch's, deterministic).
