@@ -29,23 +29,18 @@ import torch
 
 from fusedmlp._cuda_graph import capture_cuda_graph
 from fusedmlp.bench.harness import interleaved_us_row, max_abs_difference, write_record
-from fusedmlp.kernels.configs import LINEAR_RESIDENT_CONFIG, LINEAR_RESIDENT_CONSUMERS
+from fusedmlp.kernels.configs import LINEAR_RESIDENT_CONFIG
 from fusedmlp.kernels.linear_act import linear_act_fwd_resident_kernel
 from fusedmlp.ops._common import cdiv, launch_pingpong, num_sms
 from fusedmlp.ops.linear_act import _launch_fwd as linear_forward
-from fusedmlp.ops.linear_act import linear_act_reference
+from fusedmlp.ops.linear_act import linear_act_reference, resident_row_shares
 from fusedmlp.ops.lora import lora_forward_impl
 
 CONFIG = dict(LINEAR_RESIDENT_CONFIG, BLOCK_M=64)
 
 
 def row_shares(m, n, sms):
-    """resident_row_shares (ops/linear_act.py) for CONFIG's 64-row blocks."""
-    tiles_n = cdiv(n, CONFIG["BLOCK_N"])
-    shares = max(1, min(tiles_n // LINEAR_RESIDENT_CONSUMERS, round(sms / cdiv(m, CONFIG["BLOCK_M"]))))
-    while shares > 1 and tiles_n - (shares - 1) * cdiv(tiles_n, shares) < LINEAR_RESIDENT_CONSUMERS:
-        shares -= 1
-    return shares
+    return resident_row_shares(m, n, sms, CONFIG["BLOCK_M"])
 
 
 def resident_64(x, w, b, y, bias_first):

@@ -400,6 +400,7 @@ def test_resident_row_shares():
     assert resident_row_shares(16384, 1792, 132) == 1  # 128 row blocks
     assert resident_row_shares(8192, 1792, 132) == 2  # 64 row blocks, 14 tiles: 7 + 7
     assert resident_row_shares(128, 1792, 132) == 3  # 14 tiles: 5 + 5 + 4 (four shares would leave 2)
+    assert resident_row_shares(4096, 1024, 132, block_m=64) == 2  # 64 row blocks of 64 rows, 8 tiles: 4 + 4
     for m in (1, 128, 129, 1000, 8192, 65536):
         for n in range(384, 40 * 128, 104):
             for sms in (3, 8, 20, 78, 114, 132):

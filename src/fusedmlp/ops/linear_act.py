@@ -212,12 +212,12 @@ def _forward_forms(x, n, k, act, store_pre):
     return tuple(form for form in LINEAR_FORWARD_FORMS if resident or form != "resident")
 
 
-def resident_row_shares(m: int, n: int, sms: int) -> int:
-    """Programs per 128-row block of the resident-x forward (its HSPLIT): about one program per
-    SM where there are fewer row blocks than SMs (each reads the block's x once), one
-    otherwise; no share with fewer column tiles than the kernel has consumers (each unit's x is
-    freed by one arrival per consumer)."""
-    block_m, block_n = LINEAR_RESIDENT_CONFIG["BLOCK_M"], LINEAR_RESIDENT_CONFIG["BLOCK_N"]
+def resident_row_shares(m: int, n: int, sms: int, block_m: int = LINEAR_RESIDENT_CONFIG["BLOCK_M"]) -> int:
+    """Programs per row block (``block_m`` rows; the config's 128) of the resident-x forward (its
+    HSPLIT): about one program per SM where there are fewer row blocks than SMs (each reads the
+    block's x once), one otherwise; no share with fewer column tiles than the kernel has
+    consumers (each unit's x is freed by one arrival per consumer)."""
+    block_n = LINEAR_RESIDENT_CONFIG["BLOCK_N"]
     tiles_n = cdiv(n, block_n)
     shares = max(1, min(tiles_n // LINEAR_RESIDENT_CONSUMERS, round(sms / cdiv(m, block_m))))
     # the last share is the shortest
