@@ -376,6 +376,14 @@ GLU_DH_PINGPONG_MAX_K = 512
 GLU_DH_WIDE_PINGPONG_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "EPILOGUE_N": 64, "STAGES": 4,
                                "GROUP_M": 8, "CONSUMER_REGS": 232, "LOADER_REGS": 40, "num_warps": 4,
                                "maxnreg": 168}
+# Gate activations whose dh beyond GLU_DH_PINGPONG_MAX_K goes through cuBLAS's g and the stream
+# instead: gelu (erf), whose value and derivative make the longest epilogue (why the 128 x 128 kernel
+# loses this much with it was not profiled; at K <= 512 the three-consumer kernel ties the stream).
+# H200, bf16, 16384 tokens, us in CUDA graphs, this kernel / cuBLAS's g plus the stream: gelu at
+# d = 1024 / 2048 / 4096 525.3 / 290.1, 1189.8 / 880.9, 4001.2 / 3606.5; silu 245.7 / 290.4, 769.0 /
+# 871.6, 3451.7 / 3555.5; gelu_tanh 257.0 / 287.1 at 1024 (benchmarks/NOTES.md, "SwiGLU's store-mode
+# dh kernel by activation: gelu").
+GLU_DH_WIDE_STREAM_ACTIVATIONS = ("gelu",)
 # The recompute mode's dh (h recomputed by the GLU forward's main loop, g read, dh1 and dh2
 # written over g's buffer and a second one per consumer): the forward's 128 x 64 tiles per
 # weight, 4 stages, GROUP_M 16. On an H200 (GEGLU bf16 with bias) 4 stages beat 5 by up to 5%,

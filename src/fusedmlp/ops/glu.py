@@ -60,6 +60,7 @@ from ..kernels.configs import (
     GLU_DH_PINGPONG_MAX_K,
     GLU_DH_ROTATING_CONFIG,
     GLU_DH_WIDE_PINGPONG_CONFIG,
+    GLU_DH_WIDE_STREAM_ACTIVATIONS,
     GLU_DH_RECOMPUTE_PINGPONG_CONFIG,
     GLU_GEMM_CONFIGS,
     GLU_PINGPONG_CONFIG,
@@ -265,8 +266,9 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
         if wd is not None:
             dh_halves = dh_halves_of(dh, out, x2_first)
             z_or_any = z if store_z else dh_halves[0]
-            if not has_bias and pingpong_eligible(g, wd, h, *dh_halves, z_or_any):  # g formed on the tile instead
-                narrow = g.shape[1] <= GLU_DH_PINGPONG_MAX_K  # 128 x 64 tiles of g, else 128 x 128
+            narrow = g.shape[1] <= GLU_DH_PINGPONG_MAX_K  # 128 x 64 tiles of g, else 128 x 128
+            on_tile = narrow or act not in GLU_DH_WIDE_STREAM_ACTIVATIONS
+            if on_tile and not has_bias and pingpong_eligible(g, wd, h, *dh_halves, z_or_any):  # g formed on the tile
                 launch_pingpong(
                     glu_bwd_dh_rotating_kernel if narrow else glu_bwd_dh_wide_pingpong_kernel,
                     GLU_DH_ROTATING_CONFIG if narrow else GLU_DH_WIDE_PINGPONG_CONFIG,
@@ -368,8 +370,9 @@ def glu_backward_dh_impl(g, x, w1, w2, b1, b2, h, act: str, wd=None, store_z: bo
     halves swapped, [dh2 | dh1] (a weight packed as [W2; W1] then gets its gradient from one
     product, dh.T @ x: ``swiglu_packed``), with h = [x1 | x2]
     recomputed when ``h`` is None; g = ``g`` [M, out], or ``g @ wd`` when ``wd`` [KG, out] is
-    given (``g`` is then [M, KG]; formed on the kernel's tile, except on GPUs without the
-    ping-pong kernels with h given, where cuBLAS forms it before the stream); db =
+    given (``g`` is then [M, KG]; formed on the kernel's tile, except with h given on GPUs
+    without the ping-pong kernels, or beyond ``GLU_DH_PINGPONG_MAX_K`` for the activations of
+    ``GLU_DH_WIDE_STREAM_ACTIVATIONS``, where cuBLAS forms it before the stream); db =
     [dh1 | dh2].sum(0) in fp32 (fp64 for fp64 inputs), empty without bias; z = x1 * act(x2) if
     ``store_z``, else empty.
 
