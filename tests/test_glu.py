@@ -655,7 +655,8 @@ def test_ieee_gemms_run_on_cublas(dtype, monkeypatch):
 
 def test_joined_halves():
     """The cuBLAS path's one product over GEGLU's two weight halves: a view over both only where
-    the second's rows follow the first's in memory with the same strides."""
+    both are views of one tensor and the second's rows follow the first's in memory with the
+    same strides; never over two tensors that merely lie back to back."""
     from fusedmlp.ops.glu import _joined
 
     for packed in (torch.randn(10, 7), torch.randn(7, 10).t(), torch.randn(10, 16)[:, :7], torch.randn(10)):
@@ -666,6 +667,11 @@ def test_joined_halves():
     assert _joined(w[4:], w[:4]) is None  # the wrong order
     assert _joined(torch.randn(4, 7), torch.randn(6, 7)) is None  # two tensors
     assert _joined(w[:4, :6], w[4:, 1:]) is None  # the second does not start where the first ends
+    rows = w.numpy()  # two tensors of their own, back to back in memory
+    first, second = torch.from_numpy(rows[:4]), torch.from_numpy(rows[4:])
+    assert second.data_ptr() == first.data_ptr() + first.nbytes
+    assert first.untyped_storage().data_ptr() != second.untyped_storage().data_ptr()
+    assert _joined(first, second) is None
 
 
 @pytest.mark.gpu

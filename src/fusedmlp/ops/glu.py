@@ -166,9 +166,13 @@ def _bias_or(bias, placeholder):
 
 
 def _joined(first, second):
-    """One view over ``first`` and ``second`` when second's rows follow first's in memory with
-    the same strides (the two halves of one packed tensor, as GEGLU's weight and bias), else None."""
+    """One view over ``first`` and ``second`` when both are views of one storage and second's
+    rows follow first's in memory with the same strides (the two halves of one packed tensor,
+    as GEGLU's weight and bias), else None. Two tensors of their own can lie back to back too
+    (the caching allocator hands out neighbouring blocks): no view spans them."""
     if first.stride() != second.stride() or first.shape[1:] != second.shape[1:]:
+        return None
+    if first.untyped_storage().data_ptr() != second.untyped_storage().data_ptr():
         return None
     if second.data_ptr() != first.data_ptr() + first.shape[0] * first.stride(0) * first.element_size():
         return None
