@@ -182,7 +182,7 @@ def _joined(first, second):
 def _cublas_h(x, w1, w2, b1, b2):
     """h = [x @ w1.T + b1 | x @ w2.T + b2] ([M, 2*out]) on cuBLAS (``gemms_on_cublas``: fp32 at
     "highest", fp64, where Triton's dots would run on CUDA cores at a fraction of cuBLAS's
-    speed): one product where the weights are the halves of one packed weight (GEGLU's; as two
+    speed; and SwiGLU's recompute backward, ``_h_on_cublas``): one product where the weights are the halves of one packed weight (GEGLU's; as two
     half-width products the whole forward was 4-7% slower on an H100 in fp32), else each
     product written into its half of h."""
     packed = _joined(w1, w2)
@@ -247,9 +247,21 @@ def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
     return y, h
 
 
+def _h_on_cublas(x, wd) -> bool:
+    """Whether the recompute mode's dh starts from h recomputed by cuBLAS, then takes the kept-h
+    path with dh written over it (the same memory as the fused kernel's new dh): with fp32 at
+    "highest" and fp64 (``gemms_on_cublas``), and on any GPU when g = gy @ wd is formed too
+    (SwiGLU's recompute mode). The Triton kernel forming g and both products on one tile (three
+    accumulators) took 648.8 / 705.7 us at 16384 x 1024 -> 2816 with silu / gelu and 2244.7 /
+    2315.3 at 2048 -> 5632, where cuBLAS's h, cuBLAS's g and the stream took 581.1 / 578.8 and
+    2019.7 / 2043.2 (H200, bf16; benchmarks/NOTES.md, "SwiGLU's recompute dh from cuBLAS's h");
+    the kept-h path forms g on its tile where that is faster still."""
+    return gemms_on_cublas(x) or (wd is not None and x.is_cuda)
+
+
 def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g_scratch=None, x2_first=False):
     m, k = x.shape
-    if h is None and gemms_on_cublas(x):  # recompute mode: h from cuBLAS, then the stream writes dh over it
+    if h is None and _h_on_cublas(x, wd):  # recompute mode: h from cuBLAS, then dh written over it
         h = _cublas_h(x, w1, w2, b1, b2)
         dh = h if dh is None else dh
     out = w1.shape[0]

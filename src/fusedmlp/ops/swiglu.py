@@ -26,8 +26,10 @@ on the tile of a warp-specialised kernel that reads h there (``glu_bwd_dh_rotati
 three consumers taking turns on 128 x 64 tiles, up to d = 512; ``glu_bwd_dh_wide_pingpong_kernel``,
 two on 128 x 128, beyond, except for a gelu (erf) gate, whose long epilogue made that kernel
 1.1-1.8x slower than the stream: configs.py ``GLU_DH_WIDE_STREAM_ACTIVATIONS``);
-elsewhere g is a cuBLAS product and the kernel streams g and h. With h recomputed the
-kernel forms g on the tile (G_GEMM) beside the recomputed products. Then cuBLAS: ``[dW_up; dW_gate] = dh.T @ x`` (one product);
+elsewhere g is a cuBLAS product and the kernel streams g and h. With h recomputed, on a GPU
+cuBLAS recomputes h into the tensor dh then overwrites, and the same path follows (the Triton
+kernel that formed g and both products on one tile took 1.10-1.15x its time at d = 1024-4096 on
+an H200: ops/glu.py ``_h_on_cublas``). Then cuBLAS: ``[dW_up; dW_gate] = dh.T @ x`` (one product);
 and ``dx = d_up @ w_up + d_gate @ w_gate``: on Hopper (16-bit, TMA-readable, eager calls) one
 ping-pong kernel with the gate product as its last K steps (kernels/linear_act.py's
 ``dgrad_pingpong_kernel``: dx rounded once; on an H100 0.93-0.97x the time of cuBLAS's two
@@ -61,8 +63,9 @@ recomputed: three accumulators) ran at a fraction of cuBLAS's speed (d=512: 285 
 
 Memory modes: ``recompute=False`` (default) keeps ``h = [up | gate]`` ([..., 2*hidden], as
 eager PyTorch and torch.compile keep the two products) and the backward kernel reads it;
-``recompute=True`` keeps only x and recomputes both products inside the backward kernel
-(two more GEMMs' worth of work: about 11 instead of 9 hidden-sized products per step).
+``recompute=True`` keeps only x and recomputes both products in the backward (two more GEMMs'
+worth of work: about 11 instead of 9 hidden-sized products per step), into the memory that dh
+then takes, so that it allocates no more than the store mode's backward.
 
 fp32 at PyTorch's "highest" matmul precision and fp64 on a GPU run the gate and up products on
 cuBLAS instead of the GLU kernel (ops/glu.py, ``gemms_on_cublas``).
