@@ -18,21 +18,19 @@ each dh's relative error against float64. Also timed: cuBLAS's g followed by the
 over g and h (``glu_backward_dh_impl`` given g itself), the route the library takes where the
 ping-pong kernels do not run and, beyond K = 512, for a gelu (erf) gate; the three-consumer kernel
 only at K <= 512 (its tuned range). ``--recompute``: the recompute mode's dh as well (h not kept), z stored: the
-library's (cuBLAS's h, then the kept-h path: ``_h_on_cublas``), the Triton kernel recomputing
-both products beside g on its tile (what the library ran before), and cuBLAS's h (one product
-with the weights packed beforehand), g and the stream. ``--step`` with it: the recompute mode's
-whole training step in plain calls (host time included), the library against the old kernel,
-and each one's host time per call at 256 tokens.
+library's (cuBLAS's h, then the kept-h path: ``_h_on_cublas``) and cuBLAS's h (one product with
+the weights packed beforehand), g and the stream. (The Triton kernel that recomputed both
+products beside g on its tile, and the ``--step`` comparison with it, left with that kernel:
+benchmarks/results/swiglu_recompute_dh_H200_2026-11-29/.)
 """
 
 import argparse
 
 import torch
 
-import fusedmlp
 import fusedmlp.ops.glu as glu
 from fusedmlp._cuda_graph import capture_cuda_graph
-from fusedmlp.bench.harness import host_us_per_call, interleaved_us_row, write_record
+from fusedmlp.bench.harness import interleaved_us_row, write_record
 from fusedmlp.ops.activations import activation_reference
 
 
@@ -48,70 +46,17 @@ def dh_call(gy, x, w_up, w_gate, h, w_down, act, narrow):
     return call
 
 
-def recompute_on_tile(gy, x, w_up, w_gate, w_down, act):
-    def call():  # the Triton kernel forming g and both products on one tile (three accumulators)
-        saved = glu._h_on_cublas
-        glu._h_on_cublas = lambda x, wd: glu.gemms_on_cublas(x)
-        try:
-            return glu.glu_backward_dh_impl(gy, x, w_up, w_gate, None, None, None, act, wd=w_down, store_z=True)
-        finally:
-            glu._h_on_cublas = saved
-    return call
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--shape", nargs="+", default=["16384x512x1792"], help="tokens x d x hidden, one or more")
     parser.add_argument("--acts", default="silu,gelu,gelu_tanh")
     parser.add_argument("--recompute", action="store_true", help="also time the recompute mode's dh")
-    parser.add_argument("--step", action="store_true",
-                        help="with --recompute: also the recompute mode's whole training step, plain calls")
     args = parser.parse_args()
     rows = []
     for shape in args.shape:
         rows += probe_shape(shape, args.acts.split(","), args.rounds, args.recompute)
-        if args.recompute and args.step:
-            rows += [recompute_step_row(shape, act, args.rounds) for act in args.acts.split(",")]
     write_record("glu_dh_activation_probe", rows=rows)
-
-
-def recompute_steps(m, d, hidden, act):
-    """{name: plain call of ``swiglu(..., recompute=True)``'s forward and backward}: the
-    library's dh, and the Triton kernel forming g and both products."""
-    gen = torch.Generator(device="cuda").manual_seed(1)
-    x, w_gate, w_up, w_down = (
-        (torch.randn(*size, device="cuda", dtype=torch.bfloat16, generator=gen) / size[1]**0.5).requires_grad_()
-        for size in ((m, d), (hidden, d), (hidden, d), (d, hidden)))
-    gy = torch.randn(m, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-    leaves = (x, w_gate, w_up, w_down)
-
-    def step():
-        return torch.autograd.grad(fusedmlp.swiglu(*leaves, recompute=True, activation=act), leaves, gy)
-
-    def old_step():
-        saved = glu._h_on_cublas
-        glu._h_on_cublas = lambda x, wd: glu.gemms_on_cublas(x)
-        try:
-            return step()
-        finally:
-            glu._h_on_cublas = saved
-    return {"step: the library": step, "step: g and h on the tile": old_step}
-
-
-def recompute_step_row(shape, act, rounds):
-    """The steps of ``recompute_steps`` timed (host time included), and their host time per
-    call at 256 tokens (GPU work shorter than the host's), each measured three times in turn."""
-    m, d, hidden = (int(v) for v in shape.split("x"))
-    row = interleaved_us_row(recompute_steps(m, d, hidden, act), rounds, shape=shape, act=act)
-    small = recompute_steps(256, d, hidden, act)
-    host = {name: [] for name in small}
-    for _ in range(3):
-        for name, step in small.items():
-            host[name].append(round(host_us_per_call(step, calls=50), 1))
-    print("    host us per call at 256 tokens:", host, flush=True)
-    row["host_us_256_tokens"] = host
-    return row
 
 
 def probe_shape(shape, acts, rounds, recompute):
@@ -139,7 +84,6 @@ def probe_shape(shape, acts, rounds, recompute):
         if recompute:
             calls["recompute: the library"] = lambda: glu.glu_backward_dh_impl(
                 gy, x, w_up, w_gate, None, None, None, act, wd=w_down, store_z=True)
-            calls["recompute: g and h on the tile"] = recompute_on_tile(gy, x, w_up, w_gate, w_down, act)
             w_packed = torch.cat([w_up, w_gate])  # h as one product, as of a packed weight
             calls["recompute: cuBLAS h, g + stream"] = lambda: glu.glu_backward_dh_impl(
                 gy @ w_down, x, w_up, w_gate, None, None, x @ w_packed.t(), act, store_z=True)

@@ -16,18 +16,19 @@ Backward, with g = dL/dy, t = act(x2), t' = act'(x2):
     dh[:, :OUT] = g * t,   dh[:, OUT:] = g * x1 * t',   db = dh.sum(0)
 
 ``glu_bwd_dh_kernel`` produces ``dh`` and per-row-block partial sums of ``db`` in one pass
-for the recompute mode: the h tiles are recomputed with the same main loop (memory-optimal:
-only x was saved; on Hopper ``glu_bwd_dh_recompute_pingpong_kernel`` does it when g is
-read). ``g`` is read, or (``G_GEMM``, SwiGLU) computed on the tile as the down projection's
-input gradient ``g = gy @ Wd`` (``gy [M, KG]``, ``Wd [KG, OUT]``), so the
-pair (dh1, dh2) is formed on chip without a ``[M, OUT]`` round trip; ``STORE_Z`` then also
-writes ``z = x1 * t`` (the down projection's input, which its weight gradient needs). The
+for the recompute mode: the h tiles are recomputed with the same main loop from the g that
+it reads (memory-optimal: only x was saved; on Hopper ``glu_bwd_dh_recompute_pingpong_kernel``
+does it). SwiGLU's recompute mode, whose g = gy @ Wd is a product too, takes h from cuBLAS
+instead and then the kept-h kernels below (ops/glu.py, ``_h_on_cublas``: the Triton kernel
+that formed g and both products on one tile was the slower). The
 remaining products (``dW = dh.T @ x``, ``dx = dh @ [W1; W2]``) are plain GEMMs done by the
 host. Partial db sums are reduced on the host in a fixed order: no atomics, so db has the
 same bits on every run. With h stored (the store mode), the work is a pure stream over g
 and h, and ``glu_bwd_stream_kernel`` does it, in place when the caller allows; with h stored
-and g = gy @ Wd, ``glu_bwd_dh_rotating_kernel`` (Hopper) forms g on the tile and reads h
-there, so g never reaches memory (``glu_bwd_dh_wide_pingpong_kernel``: the same on tiles
+and g = gy @ Wd (SwiGLU's down projection's input gradient, ``gy [M, KG]``, ``Wd [KG, OUT]``),
+``glu_bwd_dh_rotating_kernel`` (Hopper) forms g on the tile and reads h there, so g never
+reaches memory, and also writes ``z = x1 * t`` (the down projection's input, which its weight
+gradient needs) (``glu_bwd_dh_wide_pingpong_kernel``: the same on tiles
 twice as wide, for a long KG).
 
 The kernels come in two forms with one epilogue: pointer-based (any strides; the
@@ -153,12 +154,11 @@ def glu_fwd_kernel(
 
 @triton.jit
 def glu_bwd_dh_kernel(
-    g_ptr, wd_ptr, x_ptr, w1_ptr, w2_ptr, b1_ptr, b2_ptr, dh_ptr, z_ptr, db_partial_ptr,
-    M, OUT, K, KG, M_KEY,
-    stride_gm, stride_gn, stride_wdk, stride_wdn, stride_xm, stride_xk,
-    stride_w1n, stride_w1k, stride_w2n, stride_w2k, stride_dhm, stride_zm,
-    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, G_GEMM: tl.constexpr, STORE_Z: tl.constexpr,
-    X2_FIRST: tl.constexpr,
+    g_ptr, x_ptr, w1_ptr, w2_ptr, b1_ptr, b2_ptr, dh_ptr, db_partial_ptr,
+    M, OUT, K, M_KEY,
+    stride_gm, stride_gn, stride_xm, stride_xk,
+    stride_w1n, stride_w1k, stride_w2n, stride_w2k, stride_dhm,
+    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, X2_FIRST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
@@ -166,12 +166,10 @@ def glu_bwd_dh_kernel(
     db_partial[tile_m, :] = [dh1 | dh2][tile rows].sum(0) if HAS_BIAS.
 
     The recompute mode's kernel: the h tiles come from the main loop over x and W1, W2 (bias
-    added), as in the forward (a stored h goes to ``glu_bwd_stream_kernel``). G_GEMM: ``g_ptr`` is ``gy [M, KG]``
-    and ``g = gy @ Wd`` is accumulated here (``Wd [KG, OUT]`` with strides ``stride_wdk``,
-    ``stride_wdn``); otherwise ``g_ptr`` is g ``[M, OUT]``. STORE_Z also writes
-    ``z[M, OUT] = x1 * t``. db partials are summed from the unrounded dh values; rows past M
-    have g = 0 and so contribute nothing. ``db_partial`` is ``[cdiv(M, BLOCK_M), 2*OUT]`` fp32
-    (fp64 for fp64 inputs); dh and z have unit column stride.
+    added), as in the forward (a stored h goes to ``glu_bwd_stream_kernel``); g ``[M, OUT]`` is
+    read. db partials are summed from the unrounded dh values; rows past M have g = 0 and so
+    contribute nothing. ``db_partial`` is ``[cdiv(M, BLOCK_M), 2*OUT]`` fp32 (fp64 for fp64
+    inputs); dh has unit column stride.
     """
     rows, cols, mask_rows, mask_cols, tile_m = tile_indices(M, OUT, BLOCK_M, BLOCK_N, GROUP_M)
     mask = mask_rows[:, None] & mask_cols[None, :]
@@ -180,17 +178,10 @@ def glu_bwd_dh_kernel(
         stride_xm, stride_xk, stride_w1n, stride_w1k, stride_w2n, stride_w2k,
         HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, ACC_DTYPE, DOT_PRECISION, UPCAST,
     )
-    if G_GEMM:  # g = gy @ Wd: Wd read as the transposed weight of an [OUT, KG] product
-        g, _ = xwT_mainloop(
-            g_ptr, wd_ptr, wd_ptr, rows, mask_rows, cols, mask_cols, cols, mask_cols,
-            KG, stride_gm, stride_gn, stride_wdn, stride_wdk, stride_wdn, stride_wdk,
-            BLOCK_M, BLOCK_N, BLOCK_N, BLOCK_K, False, ACC_DTYPE, DOT_PRECISION, UPCAST,
-        )
-    else:
-        g_ptrs = g_ptr + rows[:, None] * stride_gm + cols[None, :] * stride_gn
-        g = tl.load(g_ptrs, mask=mask, other=0.0).to(ACC_DTYPE)
-    dh1, dh2, z = _glu_dh(g, x1, x2, ACT)
-    _store_dh_z(dh_ptr, z_ptr, rows, cols, mask, OUT, stride_dhm, stride_zm, dh1, dh2, z, STORE_Z, X2_FIRST)
+    g_ptrs = g_ptr + rows[:, None] * stride_gm + cols[None, :] * stride_gn
+    g = tl.load(g_ptrs, mask=mask, other=0.0).to(ACC_DTYPE)
+    dh1, dh2, _ = _glu_dh(g, x1, x2, ACT)
+    _store_dh_z(dh_ptr, dh_ptr, rows, cols, mask, OUT, stride_dhm, 0, dh1, dh2, dh1, False, X2_FIRST)  # no z
     if HAS_BIAS:
         _store_db_partials(db_partial_ptr, tile_m, cols, mask_cols, OUT, tl.sum(dh1, axis=0), tl.sum(dh2, axis=0))
 
@@ -368,7 +359,7 @@ def glu_bwd_dh_recompute_pingpong_kernel(
     ACT: gl.constexpr, HAS_BIAS: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,  # configs.py: GLU_DH_RECOMPUTE_PINGPONG_CONFIG
 ):
-    """The recompute mode's backward dh (``glu_bwd_dh_tma_kernel`` without G_GEMM and z) as a
+    """The recompute mode's backward dh (``glu_bwd_dh_tma_kernel``'s work) as a
     ping-pong kernel (pingpong.py): x1 and x2 recomputed by the GLU forward's main loop (W1's
     and W2's tiles side by side, one MMA per stage), g ``[M, OUT]`` read into the consumer's
     buffer before it and dh1 written over it, so the epilogue's traffic (g in, dh out: three
@@ -390,18 +381,16 @@ def glu_bwd_dh_recompute_pingpong_kernel(
 
 @triton.jit
 def glu_bwd_dh_tma_kernel(
-    g_desc, gy_desc, wd_desc, x_desc, w1_desc, w2_desc, b1_ptr, b2_ptr,
-    dh1_desc, dh2_desc, z_desc, db_partial_ptr,
-    M, OUT, K, KG, M_KEY,
-    ACT: tl.constexpr, HAS_BIAS: tl.constexpr, G_GEMM: tl.constexpr, STORE_Z: tl.constexpr,
+    g_desc, x_desc, w1_desc, w2_desc, b1_ptr, b2_ptr, dh1_desc, dh2_desc, db_partial_ptr,
+    M, OUT, K, M_KEY,
+    ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     FLATTEN: tl.constexpr, PROGRAMS_PER_SM: tl.constexpr,  # configs.py: _configs
     ACC_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """``glu_bwd_dh_kernel`` on tensor descriptors, persistent over PROGRAMS_PER_SM programs per SM.
 
-    ``g_desc`` is g [M, OUT]; with G_GEMM it is unused and ``gy_desc`` [M, KG] with ``wd_desc``
-    (Wd [KG, OUT], row-major) give g. dh1/dh2 describe the two column halves of dh. Rows past
+    ``g_desc`` is g [M, OUT]; dh1/dh2 describe the two column halves of dh. Rows past
     M load as zeros (g = 0), so they add nothing to the db partials.
     """
     num_tiles_m = tl.cdiv(M, BLOCK_M)
@@ -412,17 +401,9 @@ def glu_bwd_dh_tma_kernel(
             x_desc, w1_desc, w2_desc, b1_ptr, b2_ptr, row_start, col_start, OUT, K,
             HAS_BIAS, BLOCK_M, BLOCK_N, BLOCK_K, ACC_DTYPE, DOT_PRECISION, UPCAST,
         )
-        if G_GEMM:
-            g, _ = xwT_mainloop_tma(
-                gy_desc, wd_desc, wd_desc, row_start, col_start, col_start, KG,
-                BLOCK_M, BLOCK_N, BLOCK_N, BLOCK_K, False, ACC_DTYPE, DOT_PRECISION, UPCAST, True,
-            )
-        else:
-            g = g_desc.load([row_start, col_start]).to(ACC_DTYPE)
-        dh1, dh2, z = _glu_dh(g, x1, x2, ACT)
+        g = g_desc.load([row_start, col_start]).to(ACC_DTYPE)
+        dh1, dh2, _ = _glu_dh(g, x1, x2, ACT)
         dh1_desc.store([row_start, col_start], dh1.to(dh1_desc.dtype))
         dh2_desc.store([row_start, col_start], dh2.to(dh2_desc.dtype))
-        if STORE_Z:
-            z_desc.store([row_start, col_start], z.to(z_desc.dtype))
         if HAS_BIAS:
             _store_db_partials(db_partial_ptr, tile_m, cols, mask_cols, OUT, tl.sum(dh1, axis=0), tl.sum(dh2, axis=0))

@@ -110,7 +110,7 @@ from .activations import activation_grad_reference, activation_reference, check_
 __all__ = ["geglu", "geglu_reference", "glu_forward_impl", "glu_backward_dh_impl"]
 
 _TUNE_KEY = ["M_KEY", "OUT", "K", "HAS_BIAS", "ACT"]
-_BWD_KEY = _TUNE_KEY + ["KG", "G_GEMM", "STORE_Z"]
+_BWD_KEY = _TUNE_KEY
 _BWD_FIXED = {"BLOCK_M": GLU_BWD_BLOCK_M}
 _fwd_launcher = Launcher(glu_fwd_kernel, GLU_GEMM_CONFIGS, key=_TUNE_KEY + ["STORE_H"],
                          fp32_configs=GLU_FP32_CONFIGS)
@@ -182,9 +182,9 @@ def _joined(first, second):
 def _cublas_h(x, w1, w2, b1, b2):
     """h = [x @ w1.T + b1 | x @ w2.T + b2] ([M, 2*out]) on cuBLAS (``gemms_on_cublas``: fp32 at
     "highest", fp64, where Triton's dots would run on CUDA cores at a fraction of cuBLAS's
-    speed; and SwiGLU's recompute backward, ``_h_on_cublas``): one product where the weights are the halves of one packed weight (GEGLU's; as two
-    half-width products the whole forward was 4-7% slower on an H100 in fp32), else each
-    product written into its half of h."""
+    speed; and SwiGLU's recompute backward, ``_h_on_cublas``): one product where the weights
+    are the halves of one packed weight (GEGLU's; as two half-width products the whole forward
+    was 4-7% slower on an H100 in fp32), else each product written into its half of h."""
     packed = _joined(w1, w2)
     if packed is not None:
         bias = None if b1 is None else _joined(b1, b2)
@@ -247,21 +247,20 @@ def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
     return y, h
 
 
-def _h_on_cublas(x, wd) -> bool:
-    """Whether the recompute mode's dh starts from h recomputed by cuBLAS, then takes the kept-h
-    path with dh written over it (the same memory as the fused kernel's new dh): with fp32 at
-    "highest" and fp64 (``gemms_on_cublas``), and on any GPU when g = gy @ wd is formed too
-    (SwiGLU's recompute mode). The Triton kernel forming g and both products on one tile (three
-    accumulators) took 648.8 / 705.7 us at 16384 x 1024 -> 2816 with silu / gelu and 2244.7 /
-    2315.3 at 2048 -> 5632, where cuBLAS's h, cuBLAS's g and the stream took 581.1 / 578.8 and
-    2019.7 / 2043.2 (H200, bf16; benchmarks/NOTES.md, "SwiGLU's recompute dh from cuBLAS's h");
-    the kept-h path forms g on its tile where that is faster still."""
-    return gemms_on_cublas(x) or (wd is not None and x.is_cuda)
+def _h_on_cublas(x, wd, store_z) -> bool:
+    """Whether the recompute mode's dh starts from h recomputed by PyTorch's matmul (cuBLAS on
+    a GPU), then takes the kept-h path with dh written over it (the same memory as a new dh):
+    with fp32 at "highest" and fp64 (``gemms_on_cublas``), and whenever g = gy @ wd is formed
+    too or z is wanted (SwiGLU's recompute mode). The recompute kernels serve the rest (GEGLU's
+    case: g read, no z). A Triton kernel that formed g and both products on one tile (three
+    accumulators) took 1.10-1.15x the time of this route at 16384 tokens, d = 1024-4096 (H200,
+    bf16; benchmarks/NOTES.md, "SwiGLU's recompute dh from cuBLAS's h"), and was removed."""
+    return gemms_on_cublas(x) or wd is not None or store_z
 
 
 def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g_scratch=None, x2_first=False):
     m, k = x.shape
-    if h is None and _h_on_cublas(x, wd):  # recompute mode: h from cuBLAS, then dh written over it
+    if h is None and _h_on_cublas(x, wd, store_z):  # recompute mode: h from cuBLAS, then dh written over it
         h = _cublas_h(x, w1, w2, b1, b2)
         dh = h if dh is None else dh
     out = w1.shape[0]
@@ -302,9 +301,9 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
             dtype=x.dtype,
         )
         return dh, _db_of(db_partial, has_bias), z
-    g_gemm = wd is not None
+    # the recompute kernels: g read, no z (the rest took the kept-h path above)
     dh_halves = dh_halves_of(dh, out, x2_first)
-    if not g_gemm and not store_z and pingpong_eligible(x, w1, w2, g, *dh_halves):
+    if pingpong_eligible(x, w1, w2, g, *dh_halves):
         launch_pingpong(
             glu_bwd_dh_recompute_pingpong_kernel, GLU_DH_RECOMPUTE_PINGPONG_CONFIG, m, out, num_sms(x),
             {"x_desc": x}, {"w1_desc": w1, "w2_desc": w2},
@@ -313,33 +312,21 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
             M=m, OUT=out, K=k, ACT=act, HAS_BIAS=has_bias,
         )
         return dh, _db_of(db_partial, has_bias), z
-    g_operands = (g, wd) if g_gemm else (g,)
-    common = dict(
-        M=m, OUT=out, K=k, KG=g.shape[1], M_KEY=autotune_m_key(m),
-        ACT=act, HAS_BIAS=has_bias, G_GEMM=g_gemm, STORE_Z=store_z,
-    )
-    if tma_eligible(x, w1, w2, *g_operands, *dh_halves, *((z,) if store_z else ())):
-        # descriptors the configuration does not read still need a tensor of any valid shape
+    common = dict(M=m, OUT=out, K=k, M_KEY=autotune_m_key(m), ACT=act, HAS_BIAS=has_bias)
+    if tma_eligible(x, w1, w2, g, *dh_halves):
         _bwd_tma_launcher.launch(
             persistent_grid(num_sms(x), m, out),
-            g_desc=dh_halves[0] if g_gemm else g, gy_desc=g if g_gemm else x,
-            wd_desc=wd if g_gemm else w1, x_desc=x,
-            w1_desc=w1, w2_desc=w2, b1_ptr=_bias_or(b1, dh), b2_ptr=_bias_or(b2, dh),
-            dh1_desc=dh_halves[0], dh2_desc=dh_halves[1],
-            z_desc=z if store_z else dh_halves[0],
-            db_partial_ptr=db_partial if has_bias else dh,
+            g_desc=g, x_desc=x, w1_desc=w1, w2_desc=w2, b1_ptr=_bias_or(b1, dh), b2_ptr=_bias_or(b2, dh),
+            dh1_desc=dh_halves[0], dh2_desc=dh_halves[1], db_partial_ptr=db_partial if has_bias else dh,
             **common, **dot_meta(x.dtype),
         )
     else:
-        wd_strides = (wd.stride(0), wd.stride(1)) if g_gemm else (0, 0)
         _bwd_launcher.launch(
             grid,
-            g, wd if g_gemm else dh, x, w1, w2, _bias_or(b1, dh), _bias_or(b2, dh), dh,
-            z if store_z else dh, db_partial if has_bias else dh,
-            stride_gm=g.stride(0), stride_gn=g.stride(1), stride_wdk=wd_strides[0], stride_wdn=wd_strides[1],
+            g, x, w1, w2, _bias_or(b1, dh), _bias_or(b2, dh), dh, db_partial if has_bias else dh,
+            stride_gm=g.stride(0), stride_gn=g.stride(1),
             stride_xm=x.stride(0), stride_xk=x.stride(1), stride_w1n=w1.stride(0), stride_w1k=w1.stride(1),
-            stride_w2n=w2.stride(0), stride_w2k=w2.stride(1),
-            stride_dhm=dh.stride(0), stride_zm=z.stride(0) if store_z else 0, X2_FIRST=x2_first,
+            stride_w2n=w2.stride(0), stride_w2k=w2.stride(1), stride_dhm=dh.stride(0), X2_FIRST=x2_first,
             **common, **dot_meta(x.dtype), dtype=x.dtype,
         )
     return dh, _db_of(db_partial, has_bias), z
@@ -385,8 +372,9 @@ def glu_backward_dh_impl(g, x, w1, w2, b1, b2, h, act: str, wd=None, store_z: bo
     dh = [g * act(x2) | g * x1 * act'(x2)] ([M, 2*out], x's dtype), or with ``x2_first`` its
     halves swapped, [dh2 | dh1] (a weight packed as [W2; W1] then gets its gradient from one
     product, dh.T @ x: ``swiglu_packed``), with h = [x1 | x2]
-    recomputed when ``h`` is None; g = ``g`` [M, out], or ``g @ wd`` when ``wd`` [KG, out] is
-    given (``g`` is then [M, KG]; formed on the kernel's tile, except with h given on GPUs
+    recomputed when ``h`` is None (on the dh kernel's tile where g is given and z not wanted,
+    else by cuBLAS first: ``_h_on_cublas``); g = ``g`` [M, out], or ``g @ wd`` when ``wd``
+    [KG, out] is given (``g`` is then [M, KG]; formed on the kernel's tile, except on GPUs
     without the ping-pong kernels, or beyond ``GLU_DH_PINGPONG_MAX_K`` for the activations of
     ``GLU_DH_WIDE_STREAM_ACTIVATIONS``, where cuBLAS forms it before the stream); db =
     [dh1 | dh2].sum(0) in fp32 (fp64 for fp64 inputs), empty without bias; z = x1 * act(x2) if

@@ -26,10 +26,10 @@ on the tile of a warp-specialised kernel that reads h there (``glu_bwd_dh_rotati
 three consumers taking turns on 128 x 64 tiles, up to d = 512; ``glu_bwd_dh_wide_pingpong_kernel``,
 two on 128 x 128, beyond, except for a gelu (erf) gate, whose long epilogue made that kernel
 1.1-1.8x slower than the stream: configs.py ``GLU_DH_WIDE_STREAM_ACTIVATIONS``);
-elsewhere g is a cuBLAS product and the kernel streams g and h. With h recomputed, on a GPU
-cuBLAS recomputes h into the tensor dh then overwrites, and the same path follows (the Triton
-kernel that formed g and both products on one tile took 1.10-1.15x its time at d = 1024-4096 on
-an H200: ops/glu.py ``_h_on_cublas``). Then cuBLAS: ``[dW_up; dW_gate] = dh.T @ x`` (one product);
+elsewhere g is a cuBLAS product and the kernel streams g and h. With h recomputed, cuBLAS
+recomputes h into the tensor dh then overwrites, and the same path follows (a Triton kernel
+that formed g and both products on one tile took 1.10-1.15x its time at d = 1024-4096 on an
+H200, and was removed: ops/glu.py ``_h_on_cublas``). Then cuBLAS: ``[dW_up; dW_gate] = dh.T @ x`` (one product);
 and ``dx = d_up @ w_up + d_gate @ w_gate``: on Hopper (16-bit, TMA-readable, eager calls) one
 ping-pong kernel with the gate product as its last K steps (kernels/linear_act.py's
 ``dgrad_pingpong_kernel``: dx rounded once; on an H100 0.93-0.97x the time of cuBLAS's two
@@ -136,7 +136,8 @@ def _backward(grad_y, x, w_gate, w_up, w_down, h, act, needs, traced, in_place=F
     if in_place:  # chunks of 2*d rows: a chunk's g fits in grad_pair (see _g_scratch)
         chunks = backward_row_chunks(x.shape[0], GLU_BWD_BLOCK_M, hidden * x.element_size(), 2 * x.shape[1])
     else:
-        transient = (3 if h is None else 4) * hidden * x.element_size()  # dh, z (and g when h is kept)
+        # dh, z (and g when h is kept; with h recomputed, a g that cuBLAS forms is not counted)
+        transient = (3 if h is None else 4) * hidden * x.element_size()
         chunks = backward_row_chunks(x.shape[0], GLU_BWD_BLOCK_M, transient)
     # in place with the weight pair wanted and every chunk's z (and g) fitting in grad_pair's
     # memory, each chunk's dh stays in h's: the pair and dx are then one product each over all
