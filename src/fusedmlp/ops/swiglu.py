@@ -24,8 +24,8 @@ of the down projection's input gradient ``g = gy @ w_down`` is formed by one fus
 ``dW_down = gy.T @ z``. With h kept (the default), on Hopper (16-bit, aligned) g is formed
 on the tile of a warp-specialised kernel that reads h there (``glu_bwd_dh_rotating_kernel``,
 three consumers taking turns on 128 x 64 tiles, up to d = 512; ``glu_bwd_dh_wide_pingpong_kernel``,
-two on 128 x 128, beyond, except for a gelu (erf) gate, whose long epilogue made that kernel
-1.1-1.8x slower than the stream: configs.py ``GLU_DH_WIDE_STREAM_ACTIVATIONS``);
+two on 128 x 128, beyond, except for a gelu (erf) gate, with which that kernel was 1.1-1.8x
+slower than the stream: configs.py ``GLU_DH_WIDE_STREAM_ACTIVATIONS``);
 elsewhere g is a cuBLAS product and the kernel streams g and h. With h recomputed, cuBLAS
 recomputes h into the tensor dh then overwrites, and the same path follows (a Triton kernel
 that formed g and both products on one tile took 1.10-1.15x its time at d = 1024-4096 on an
