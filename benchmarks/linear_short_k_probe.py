@@ -62,8 +62,8 @@ from fusedmlp.kernels.activations import activation
 from fusedmlp.kernels.launch import launch
 from fusedmlp.kernels.linear_act import linear_act_fwd_pingpong_kernel
 from fusedmlp.kernels.pingpong import (
-    accumulator_layout, pingpong_loader, pingpong_setup, program_tiles, resident_loader, resident_mainloop,
-    resident_unit, ring_mma_steps, split_column_halves, tile_bias, tile_start, tma_store_tile,
+    accumulator_layout, consumer_barriers, pingpong_loader, pingpong_setup, program_tiles, resident_loader,
+    resident_mainloop, resident_unit, ring_mma_steps, split_column_halves, tile_bias, tile_start, tma_store_tile,
 )
 from fusedmlp.ops._common import launch_pingpong, num_sms
 from fusedmlp.ops.linear_act import LINEAR_FORWARD_PINGPONG_FORMS, linear_act_reference
@@ -163,17 +163,13 @@ def linear_fwd_resident_kernel(x_desc, w_desc, b_ptr, y_desc, y_ptr, stride_ym, 
     x_empty = gl.allocate_shared_memory(gl.int64, [K_TILES, 1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
-    buffer_turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     for k in gl.static_range(K_TILES):
         mbarrier.init(x_ready.index(k), count=1)
         mbarrier.init(x_empty.index(k), count=CONSUMERS)  # every consumer's last tile of a unit
     for stage in gl.static_range(STAGES):
         mbarrier.init(ready.index(stage), count=1)
         mbarrier.init(empty.index(stage), count=1)
-    for consumer in gl.static_range(CONSUMERS):
-        mbarrier.init(turn.index(consumer), count=1)
-        mbarrier.init(buffer_turn.index(consumer), count=1)
+    turn, buffer_turn = consumer_barriers(CONSUMERS), consumer_barriers(CONSUMERS)
     if CONSUMERS == 3:
         gl.warp_specialize([
             (probe_resident_consumer, (b_ptr, y_desc, y_ptr, stride_ym, x_bufs, w_bufs, c_bufs, x_ready, x_empty,

@@ -110,14 +110,13 @@ from .activations import activation_grad_reference, activation_reference, check_
 __all__ = ["geglu", "geglu_reference", "glu_forward_impl", "glu_backward_dh_impl"]
 
 _TUNE_KEY = ["M_KEY", "OUT", "K", "HAS_BIAS", "ACT"]
-_BWD_KEY = _TUNE_KEY
 _BWD_FIXED = {"BLOCK_M": GLU_BWD_BLOCK_M}
 _fwd_launcher = Launcher(glu_fwd_kernel, GLU_GEMM_CONFIGS, key=_TUNE_KEY + ["STORE_H"],
                          fp32_configs=GLU_FP32_CONFIGS)
 _fwd_tma_launcher = Launcher(glu_fwd_tma_kernel, GLU_TMA_CONFIGS, key=_TUNE_KEY + ["STORE_H"])
-_bwd_launcher = Launcher(glu_bwd_dh_kernel, GLU_BWD_CONFIGS, key=_BWD_KEY, fixed=_BWD_FIXED,
+_bwd_launcher = Launcher(glu_bwd_dh_kernel, GLU_BWD_CONFIGS, key=_TUNE_KEY, fixed=_BWD_FIXED,
                          fp32_configs=GLU_BWD_FP32_CONFIGS)
-_bwd_tma_launcher = Launcher(glu_bwd_dh_tma_kernel, GLU_BWD_TMA_CONFIGS, key=_BWD_KEY, fixed=_BWD_FIXED)
+_bwd_tma_launcher = Launcher(glu_bwd_dh_tma_kernel, GLU_BWD_TMA_CONFIGS, key=_TUNE_KEY, fixed=_BWD_FIXED)
 # one config per case (with bias or not; dh written over h or not), never tuned: the stream
 # may write over its inputs
 _stream_launchers = {
