@@ -464,7 +464,8 @@ def _recording_expansion(monkeypatch, takes_base_args=False):
 def test_cached_launch_expands_descriptors_once_per_address_and_shape(monkeypatch):
     """On any machine: a hit hands the C launcher each descriptor expanded (Triton's own
     expansion, called once per address, shape and strides, then served from the table), the
-    rest of the arguments as they are; a kernel that needs scratch memory is not launched that way.
+    rest of the arguments as they are (tensors by their addresses); a kernel that needs scratch
+    memory is not launched that way.
     (The launcher laid out as Triton 3.6's, whatever Triton runs the test.)"""
     compiled = _DescriptorKernel()
     fast, misses, run = _recorded_cache(monkeypatch, _toy_desc, compiled, {"N_TILE": 16}, 77)
@@ -475,8 +476,8 @@ def test_cached_launch_expands_descriptors_once_per_address_and_shape(monkeypatc
     assert len(misses) == 1 and fast.hits == 4
     assert expanded == [(x.data_ptr(), (64, 32), (16, 32)), (wider.data_ptr(), (128, 32), (16, 32))]
     head = (4, 1, 1, 77, "function", False, True, None, None, "packed", None, None, None)
-    assert compiled.calls[0] == head + ("map1", 64, 32, 32, 1, y, 64, 16)
-    assert compiled.calls[2] == head + ("map2", 128, 32, 32, 1, y, 64, 16)
+    assert compiled.calls[0] == head + ("map1", 64, 32, 32, 1, y.data_ptr(), 64, 16)  # a pointer by its address
+    assert compiled.calls[2] == head + ("map2", 128, 32, 32, 1, y.data_ptr(), 64, 16)
     assert compiled.calls[3] == compiled.calls[0]  # x again: from the table
 
     assert launch_mod._DirectLaunch.of(_DescriptorKernel(scratch=128)) is None
@@ -500,8 +501,8 @@ def test_cached_launch_expands_descriptors_in_the_sequence_layout(monkeypatch, w
     assert len(misses) == 1 and fast.hits == 3
     assert expanded == [(x.data_ptr(), (64, 32), (16, 32)), (wider.data_ptr(), (128, 32), (16, 32))]
     head = (4, 2, 1, 77, "function", False, True, "packed", None, None, None, None, None, "annotations", "signature")
-    assert compiled.calls[0] == head + (("map1", 64, 32, 32, 1, y, 64, 16),)
-    assert compiled.calls[1] == head + (("map2", 128, 32, 32, 1, y, 64, 16),)
+    assert compiled.calls[0] == head + (("map1", 64, 32, 32, 1, y.data_ptr(), 64, 16),)
+    assert compiled.calls[1] == head + (("map2", 128, 32, 32, 1, y.data_ptr(), 64, 16),)
     assert compiled.calls[2] == compiled.calls[0]
     nested = _DescriptorKernel(wrapper="3.9", signature=(("tensordesc<fp32[16, 32]>", "i32"), "*fp32"))
     assert launch_mod._DirectLaunch.of(nested) is None
@@ -569,3 +570,89 @@ def test_descriptor_parameters_are_wrapped_for_triton():
     assert isinstance(wrapped["x_desc"], TensorDescriptor) and wrapped["x_desc"].base is t
     assert wrapped["x_desc"] is not wrapped["y_desc"]  # one object each: the pre-hook sets their blocks
     assert wrapped["x_ptr"] is t and wrapped["n"] == 3
+
+
+def test_exact_key_tells_apart_what_a_launch_is_built_from():
+    """A memo key's parts (kernels/launch.py, ``exact_key``): one tensor's view at the same
+    address but another shape, strides or dtype, floats by their bits, True from 1, tuples
+    element by element; equal values give equal keys."""
+    exact_key = launch_mod.exact_key
+    base = torch.empty(64, 32)
+    views = [base, base[:32], base.t(), base.view(torch.int32), base[1:]]
+    assert len({exact_key(v) for v in views}) == len(views)
+    assert exact_key(base) == exact_key(base.view(64, 32))  # another object, the same layout and address
+    assert exact_key(0.0) != exact_key(-0.0) and exact_key(0.5) == exact_key(0.5)
+    assert exact_key(True) != exact_key(1) and exact_key(1.0) != exact_key(1)
+    assert exact_key((1, True)) != exact_key((1, 1)) and exact_key("silu") == exact_key("silu")
+
+
+def test_finished_calls_are_launched_again_under_their_memo_key(monkeypatch):
+    """On any machine: a cached launch with a direct launcher files its finished call under
+    its memo key, and ``launch_prepared`` launches it again (on the stream current then; the
+    call holds tensors only by their addresses), nothing else: not another key, another
+    device, with a launch hook installed or with the cache off."""
+    compiled = _DescriptorKernel()
+    stream = [77]
+    fast, misses, run = _recorded_cache(monkeypatch, _toy_desc, compiled, {"N_TILE": 16}, None)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: stream[0], raising=False)
+    _recording_expansion(monkeypatch)
+    kernel = fast.kernel
+    kernel._fusedmlp_fast = fast
+    x, y = torch.empty(64, 32), torch.empty(64)
+    memo = (launch_mod.exact_key(x), launch_mod.exact_key(y))
+    for _ in range(2):  # Triton's path, then a cached launch that files its call
+        assert not launch_mod.launch_prepared(kernel, memo)
+        fast.call(run, (4,), (), dict(x_desc=x, y_ptr=y, n=64), memo=memo)
+    assert len(misses) == 1 and len(compiled.calls) == 1
+    stream[0] = 78
+    assert launch_mod.launch_prepared(kernel, memo) and fast.hits == 2
+    assert compiled.calls[1] == (4, 1, 1, 78) + compiled.calls[0][4:]
+    assert not any(isinstance(arg, torch.Tensor) for arg in compiled.calls[1])
+    assert not launch_mod.launch_prepared(kernel, (launch_mod.exact_key(x[:32]), launch_mod.exact_key(y)))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert not launch_mod.launch_prepared(kernel, memo)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(launch_mod, "_hooks_installed", lambda: True)
+    assert not launch_mod.launch_prepared(kernel, memo)
+    monkeypatch.setattr(launch_mod, "_hooks_installed", lambda: False)
+    monkeypatch.setattr(launch_mod, "FAST_LAUNCH", False)
+    assert not launch_mod.launch_prepared(kernel, memo)
+    assert len(compiled.calls) == 2
+
+
+def _toy_pingpong(x_desc, y_ptr, count, N_TILE: tl.constexpr):
+    pass
+
+
+def test_pingpong_launches_reuse_their_finished_call(monkeypatch):
+    """On any machine: ``launch_pingpong`` keys each launch on all its arguments, so its third
+    call with the same tensors and values skips the launch path (the same call reaches the
+    launcher), and a call that differs in a tensor's address, a value or the config takes it."""
+    from triton.runtime.jit import JITFunction
+
+    from fusedmlp.ops._common import launch_pingpong
+
+    compiled = _DescriptorKernel()
+    _recorded_cache(monkeypatch, _toy_pingpong, None, {}, 9)  # the cache switched on as on a GPU
+    _recording_expansion(monkeypatch)
+
+    class Kernel(JITFunction):
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: compiled  # Triton's path: the first launch of each kind
+
+    monkeypatch.setattr(launch_mod, "gluon_descriptors", lambda named, blocks: named)
+    paths = []
+    slow_call = launch_mod.FastLaunch.call
+    monkeypatch.setattr(launch_mod.FastLaunch, "call",
+                        lambda self, *a, **k: paths.append(1) or slow_call(self, *a, **k))
+    kernel = Kernel(_toy_pingpong)
+    config = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "N_TILE": 16}
+    x, other_x, y = torch.empty(64, 32), torch.empty(64, 32), torch.empty(64)
+    calls = [(x, 64, config)] * 3 + [(other_x, 64, config), (x, 48, config), (x, 64, dict(config, N_TILE=32))]
+    for x_arg, n, cfg in calls:
+        launch_pingpong(kernel, cfg, 64, 32, 132, {"x_desc": x_arg}, {}, {}, y_ptr=y, count=n)
+    assert len(paths) == 5  # all but the third call
+    # the launcher's calls: the first and the last call went to Triton (a new compiled kind)
+    assert len(compiled.calls) == 4 and compiled.calls[1] == compiled.calls[0]
+    assert compiled.calls[2][-8:] == ("map2", 64, 32, 32, 1, y.data_ptr(), 64, 16)  # other_x's descriptor
+    assert compiled.calls[3][-8:] == ("map1", 64, 32, 32, 1, y.data_ptr(), 48, 16)  # count = 48

@@ -33,6 +33,15 @@ here (a LoRA forward with five: 123 us of host per call, 87 through a pointer ke
 benchmarks/small_shape_paths.py), where most steps of a training loop reuse the addresses
 of the step before.
 
+A launch through ``launch`` may also name a ``memo``: a key holding, exactly, everything its
+arguments are built from (``exact_key``: tensors by address, shape, strides and dtype).
+A cached launch with a direct launcher then files the finished call (the C launcher, its
+grid, its arguments with every tensor replaced by its address) under that key, and a later
+call with the same key is that call again, after the checks of every launch (the cache on,
+no hook) and the stream's lookup: ``launch_prepared``. ``launch_pingpong`` (ops/_common.py)
+keys every launch so, which skips its own argument handling, the lookup of the compiled
+kernel and the descriptors' table on a training loop's repeated calls.
+
 The reuse runs on the Triton versions it was checked against, 3.6 to 3.9 (the same
 specialisation rules, which a test compares with the installed Triton's own, and the same
 ``compiled.run`` signature; the C launcher behind the descriptor wrapper is called in one of
@@ -71,6 +80,7 @@ FAST_LAUNCH = (_SUPPORTED and not INTERPRET
 DIRECT_DESCRIPTORS = True
 DESCRIPTOR_SUFFIX = "_desc"  # parameters that take a tensor descriptor (a plain tensor from the ops)
 _FILLED_PER_KERNEL = 256  # expanded descriptors kept per compiled kernel (the table is cleared when full)
+_PREPARED_PER_KERNEL = 256  # finished calls kept per kernel under their memo keys (cleared when full)
 # Compile options of every launch. Multiply-adds fused into FMAs: the kernels were built,
 # tuned and measured so (Triton 3.6's default); Triton 3.9 warns that its default turns to
 # unfused in 3.10 unless a launch asks (TRITON_FORCE_DISABLE_FP_FUSION=1 still wins).
@@ -158,6 +168,19 @@ def _value_key(value):
     return value  # strings, dtypes, None: by value (finer than Triton: only costs a miss)
 
 
+def exact_key(value):
+    """``value`` as a memo key's part (module docstring): a tensor by its address, shape,
+    strides and dtype, a float by its bits (0.0 and -0.0 apart), a tuple element by element,
+    anything else by its type and value (True and 1 apart)."""
+    if isinstance(value, torch.Tensor):
+        return (value.data_ptr(), value.shape, value.stride(), value.dtype)
+    if isinstance(value, float):
+        return (float, value.hex())
+    if isinstance(value, tuple):
+        return tuple(map(exact_key, value))
+    return (value.__class__, value)
+
+
 class _DirectLaunch:
     """The C launcher of one compiled kernel, called with its tensor descriptors expanded from
     a table (module docstring) in the layout of the running Triton (``_LAUNCHER_LAYOUT``).
@@ -225,19 +248,23 @@ class _DirectLaunch:
             args = self.filled[key] = list(make_tensordesc_arg(desc, meta, *extra))
         return args
 
-    def __call__(self, grid, stream, bound):
+    def prepared(self, grid, bound):
+        """The launch as a call of the stream alone: descriptors expanded, every other tensor
+        by its address (the C launcher takes an integer for a pointer), so that a call kept
+        under a memo key keeps no tensor alive."""
         args, descriptors = [], self.descriptors
         for position, value in enumerate(bound):
             meta = descriptors.get(position)
-            if meta is None:
-                args.append(value)
-            else:
+            if meta is not None:
                 args.extend(self._expanded(position, value, meta))
+            else:
+                args.append(value.data_ptr() if isinstance(value, torch.Tensor) else value)
         grid_x, grid_y, grid_z = grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1
+        raw, head = self.raw, self.head
         if self.sequence:
-            self.raw(grid_x, grid_y, grid_z, stream, *self.head, tuple(args))
-        else:
-            self.raw(grid_x, grid_y, grid_z, stream, *self.head, *args)
+            args = tuple(args)
+            return lambda stream: raw(grid_x, grid_y, grid_z, stream, *head, args)
+        return lambda stream: raw(grid_x, grid_y, grid_z, stream, *head, *args)
 
 
 class FastLaunch:
@@ -257,7 +284,8 @@ class FastLaunch:
         self.pre_hook = pre_hook
         self.pre_hook_sets_descriptor_blocks = pre_hook_sets_descriptor_blocks
         self.cache = {}
-        self.hits = 0  # launches served from the cache (the tests read it)
+        self.prepared = {}  # (device, memo key) -> a finished call of the stream (``launch_prepared``)
+        self.hits = 0  # launches served from the cache, the finished calls' included (the tests read it)
         # the interpreter's kernels carry no parameter list: they always take Triton's path
         self.supported = hasattr(kernel, "params") and hasattr(kernel, "arg_names")
         if not self.supported:
@@ -280,7 +308,9 @@ class FastLaunch:
             parts.append((name, _value_key(value) if name in runtime and name not in by_value else value))
         return tuple(parts)
 
-    def call(self, run, grid, args, kwargs, by_value=(), key_extra=()):
+    def call(self, run, grid, args, kwargs, by_value=(), key_extra=(), memo=None):
+        """Launch (module docstring); returns (compiled kernel, meta). ``memo``: a key under
+        which a cached launch with a direct launcher files its finished call."""
         if not INTERPRET:
             bind_cuda_context()
         if not FAST_LAUNCH or not self.supported or _hooks_installed():
@@ -311,18 +341,44 @@ class FastLaunch:
         grid = grid(merged) if callable(grid) else grid
         stream = torch._C._cuda_getCurrentRawStream(device)
         if direct is not None:
-            direct(grid, stream, bound)
+            finished = direct.prepared(grid, bound)
+            finished(stream)
+            if memo is not None and self.pre_hook is None:  # a pre-hook runs on every launch
+                if len(self.prepared) >= _PREPARED_PER_KERNEL:
+                    self.prepared.clear()
+                self.prepared[device, memo] = finished
         else:
             compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
                          compiled.function, compiled.packed_metadata, None, None, None, *bound)
         return compiled, meta
 
 
-def launch(kernel, grid, *args, descriptor_blocks=None, **kwargs):
+def launch_prepared(kernel, memo) -> bool:
+    """Launch the finished call that ``launch(kernel, ..., memo=memo)`` filed on this device,
+    if there is one and cached launches are on (no hook installed); returns whether it did.
+    ``memo`` must hold everything the launch's arguments are built from (``exact_key``)."""
+    if not (FAST_LAUNCH and DIRECT_DESCRIPTORS):
+        return False
+    fast = kernel.__dict__.get("_fusedmlp_fast")
+    if fast is None:
+        return False
+    device = torch.cuda.current_device()
+    finished = fast.prepared.get((device, memo))
+    if finished is None or _hooks_installed():
+        return False
+    if not INTERPRET:  # (the tests turn the cache on under the interpreter)
+        bind_cuda_context()
+    finished(torch._C._cuda_getCurrentRawStream(device))
+    fast.hits += 1
+    return True
+
+
+def launch(kernel, grid, *args, descriptor_blocks=None, memo=None, **kwargs):
     """``kernel[grid](*args, **kwargs)`` through the compiled-launch cache (one fixed config:
     meta-parameters, num_warps and num_stages come in ``kwargs``). A Gluon kernel names the
     block shape of each ``*_desc`` argument in ``descriptor_blocks`` (its descriptors carry
-    their block shape and layout; Triton kernels' get theirs from a config's pre-hook)."""
+    their block shape and layout; Triton kernels' get theirs from a config's pre-hook).
+    ``memo``: the key under which ``launch_prepared`` finds this launch again (module docstring)."""
     fast = kernel.__dict__.get("_fusedmlp_fast")
     if fast is None:
         fast = kernel._fusedmlp_fast = FastLaunch(kernel)
@@ -334,4 +390,4 @@ def launch(kernel, grid, *args, descriptor_blocks=None, **kwargs):
         # calls alike but for them (a config's BLOCK_* popped into descriptor_blocks) need two
         blocks = tuple(sorted(descriptor_blocks.items()))
     return fast.call(lambda: (kernel[grid](*args, **wrap(kwargs), **COMPILE_OPTIONS), {}), grid, args, kwargs,
-                     key_extra=blocks)
+                     key_extra=blocks, memo=memo)

@@ -14,7 +14,7 @@ from torch.autograd.function import once_differentiable
 
 from ..kernels import configs as _configs
 from ..kernels.configs import INTERPRET
-from ..kernels.launch import bind_cuda_context, launch
+from ..kernels.launch import bind_cuda_context, exact_key, launch, launch_prepared
 from ..kernels.tuning_cache import TUNING_CACHE
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -371,7 +371,15 @@ def launch_pingpong(kernel, config: dict, m: int, n: int, sms: int, x_descs: dic
     block width, for a kernel whose epilogue takes a tile in column pieces. ``other_descs``:
     name -> (tensor, block shape) for descriptors of any other block. ``units``: how many units
     of work the programs share where that is not the output's tiles (e.g. the resident-x
-    kernel's row blocks or their shares)."""
+    kernel's row blocks or their shares).
+
+    The launch is filed under a memo key of all these arguments (kernels/launch.py,
+    ``launch_prepared``): a training loop's later calls with the same tensors (addresses,
+    shapes, strides) and values are the finished call again, without the work below."""
+    memo = (_exact_items(config), m, n, sms, units, _exact_items(x_descs), _exact_items(w_descs),
+            _exact_items(out_descs), _exact_items(kn_descs), _exact_items(other_descs), _exact_items(kwargs))
+    if launch_prepared(kernel, memo):
+        return
     meta = dict(config)
     block_m, block_n, block_k = (meta.pop(name) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
     epilogue_n = meta.pop("EPILOGUE_N", block_n)
@@ -383,7 +391,13 @@ def launch_pingpong(kernel, config: dict, m: int, n: int, sms: int, x_descs: dic
     blocks.update({name: block for name, (_, block) in (other_descs or {}).items()})
     grid = (min(sms, cdiv(m, tile_m) * cdiv(n, block_n) if units is None else units),)
     launch(kernel, grid, **x_descs, **w_descs, **out_descs, **kn_descs, **other, **kwargs, **meta,
-           descriptor_blocks=blocks)
+           descriptor_blocks=blocks, memo=memo)
+
+
+def _exact_items(named) -> tuple:
+    """A dict of launch arguments (or None) as a memo key's part: each name with its value's
+    ``exact_key``."""
+    return tuple((name, exact_key(value)) for name, value in named.items()) if named else ()
 
 
 def _cuda_times(forms: dict, block_ms: float = 60.0, passes: int = 2) -> dict:
