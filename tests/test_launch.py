@@ -590,7 +590,8 @@ def test_finished_calls_are_launched_again_under_their_memo_key(monkeypatch):
     """On any machine: a cached launch with a direct launcher files its finished call under
     its memo key, and ``launch_prepared`` launches it again (on the stream current then; the
     call holds tensors only by their addresses), nothing else: not another key, another
-    device, with a launch hook installed or with the cache off."""
+    device, with a launch hook installed or with the cache off; a key that cannot be hashed is
+    launched and never filed."""
     compiled = _DescriptorKernel()
     stream = [77]
     fast, misses, run = _recorded_cache(monkeypatch, _toy_desc, compiled, {"N_TILE": 16}, None)
@@ -618,6 +619,10 @@ def test_finished_calls_are_launched_again_under_their_memo_key(monkeypatch):
     monkeypatch.setattr(launch_mod, "FAST_LAUNCH", False)
     assert not launch_mod.launch_prepared(kernel, memo)
     assert len(compiled.calls) == 2
+    monkeypatch.setattr(launch_mod, "FAST_LAUNCH", True)
+    unhashable = launch_mod.exact_key([1, 2])  # a list argument: launched, never filed
+    fast.call(run, (4,), (), dict(x_desc=x, y_ptr=y, n=64), memo=unhashable)
+    assert len(compiled.calls) == 3 and not launch_mod.launch_prepared(kernel, unhashable)
 
 
 def _toy_pingpong(x_desc, y_ptr, count, N_TILE: tl.constexpr):

@@ -183,8 +183,9 @@ def exact_key(value):
 
 class _DirectLaunch:
     """The C launcher of one compiled kernel, called with its tensor descriptors expanded from
-    a table (module docstring) in the layout of the running Triton (``_LAUNCHER_LAYOUT``).
-    ``of(compiled)`` is None where the compiled kernel takes no descriptor, needs scratch
+    a table (module docstring) in the layout of the running Triton (``_LAUNCHER_LAYOUT``):
+    ``prepared(grid, bound)`` is the launch as a call of the stream alone (what a memo key
+    files). ``of(compiled)`` is None where the compiled kernel takes no descriptor, needs scratch
     memory, runs instrumented, or its launcher is not laid out as written against: those
     launches take ``compiled.run``."""
 
@@ -346,7 +347,10 @@ class FastLaunch:
             if memo is not None and self.pre_hook is None:  # a pre-hook runs on every launch
                 if len(self.prepared) >= _PREPARED_PER_KERNEL:
                     self.prepared.clear()
-                self.prepared[device, memo] = finished
+                try:
+                    self.prepared[device, memo] = finished
+                except TypeError:  # an unhashable part (a list argument): not filed
+                    pass
         else:
             compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
                          compiled.function, compiled.packed_metadata, None, None, None, *bound)
@@ -363,7 +367,10 @@ def launch_prepared(kernel, memo) -> bool:
     if fast is None:
         return False
     device = torch.cuda.current_device()
-    finished = fast.prepared.get((device, memo))
+    try:
+        finished = fast.prepared.get((device, memo))
+    except TypeError:  # an unhashable part: never filed
+        return False
     if finished is None or _hooks_installed():
         return False
     if not INTERPRET:  # (the tests turn the cache on under the interpreter)
