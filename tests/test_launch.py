@@ -15,6 +15,7 @@ from fusedmlp.kernels.launch import FastLaunch, _value_key
 from fusedmlp.kernels.linear_act import linear_act_fwd_pingpong_kernel
 from fusedmlp.ops.linear_act import _fwd_launcher as linear_fwd_launcher
 from fusedmlp.ops.linear_act import _fwd_tma_launcher as linear_fwd_tma_launcher
+from fusedmlp.ops.mlp import _dgrad_launcher as mlp_dgrad_launcher
 from fusedmlp.ops.mlp import _fwd_launcher as mlp_fwd_launcher
 from fusedmlp.ops.mlp import mlp_reference
 from helpers import fp32_matmul_precision
@@ -117,19 +118,27 @@ def _cached_launches_match_triton_path(dtype, monkeypatch):
         "_fusedmlp_fast", FastLaunch(linear_act_fwd_pingpong_kernel))
     linear_caches = (linear_fwd_tma_launcher.fast, linear_fwd_launcher.fast, pingpong)
     mlp_hits, lin_hits = mlp_fwd_launcher.fast.hits, sum(cache.hits for cache in linear_caches)
-    for batch in (2048, 2048, 1000, 1000, 2047):
+    params = [t.requires_grad_() for t in ws + bs]
+    for batch in (2048, 2048, 1000, 1000, 2047, 2047):
         x = torch.randn(batch, sizes[0], device="cuda", dtype=dtype)
         h = torch.randn(batch, sizes[1], device="cuda", dtype=dtype)
+        g = torch.randn(batch, sizes[-1], device="cuda", dtype=dtype)
         outs = {}
         for fast in (True, False):
             monkeypatch.setattr(launch_mod, "FAST_LAUNCH", fast)
-            outs[fast] = (fusedmlp.mlp(x, ws, bs, "relu", "relu"), fusedmlp.linear_act(h, w, b, "gelu_tanh"))
+            # a training step twice with the same tensors: the second one's launches are the
+            # finished calls of the first (memo keys: kernels/launch.py)
+            steps = [torch.autograd.grad(fusedmlp.mlp(x, ws, bs, "relu", "relu"), params, g) for _ in range(2)]
+            outs[fast] = (fusedmlp.mlp(x, ws, bs, "relu", "relu"), fusedmlp.linear_act(h, w, b, "gelu_tanh"),
+                          *steps[0], *steps[1])
         for cached, plain in zip(outs[True], outs[False]):
             assert torch.equal(cached, plain)
         assert _rel(outs[True][0], mlp_reference(x.double(), [t.double() for t in ws],
                                                                   [t.double() for t in bs], "relu", "relu")) < 3e-2
     assert mlp_fwd_launcher.fast.hits - mlp_hits >= 2  # the repeated batch sizes were served from the cache
     assert sum(cache.hits for cache in linear_caches) - lin_hits >= 2
+    # the MLP's repeated calls were its kernels' finished calls
+    assert mlp_fwd_launcher.fast.prepared and mlp_dgrad_launcher.fast.prepared
     if dtype == torch.bfloat16 and torch.cuda.get_device_capability() == (9, 0):
         # the descriptor-taking kernels' hits went to the C launcher with descriptors expanded
         entries = [entry for cache in (linear_fwd_tma_launcher.fast, pingpong) for entry in cache.cache.values()]
@@ -481,7 +490,72 @@ def test_cached_launch_expands_descriptors_once_per_address_and_shape(monkeypatc
     assert compiled.calls[3] == compiled.calls[0]  # x again: from the table
 
     assert launch_mod._DirectLaunch.of(_DescriptorKernel(scratch=128)) is None
-    assert launch_mod._DirectLaunch.of(_RecordingKernel()) is None  # no descriptor wrapper
+    assert launch_mod._DirectLaunch.of(_RecordingKernel()) is None  # not a launcher laid out as Triton's
+
+
+def _toy_tuples(x_ptr, pair, n, N_TILE: tl.constexpr):
+    pass
+
+
+class _PointerKernel:
+    """A compiled kernel without descriptors: Triton's launcher is then the C function itself
+    (here an object without ``__code__``, recording its arguments)."""
+
+    packed_metadata = "packed"
+    function = "function"
+
+    def __init__(self, scratch=0):
+        from types import SimpleNamespace
+
+        self.calls = []
+
+        class CLauncher:
+            def __call__(launcher, *args):
+                self.calls.append(args)
+
+        self.run = SimpleNamespace(
+            launch=CLauncher(), global_scratch_size=scratch, profile_scratch_size=0, launch_cooperative_grid=False,
+            launch_pdl=True, arg_annotations="annotations", kernel_signature="signature",
+        )
+
+
+@pytest.mark.parametrize("layout", ["spread", "sequence"])
+def test_pointer_kernel_files_its_finished_call_through_the_c_launcher(monkeypatch, layout):
+    """On any machine: a cached launch of a kernel without descriptors that names a memo key
+    calls the C launcher itself (Triton 3.6's layout or 3.7-3.9's), every tensor by its
+    address, inside tuples too (the launcher takes the integer as the pointer), and files that
+    call; ``launch_prepared`` launches it again. A hit without a memo key, or with
+    ``FINISHED_CALLS = False``, takes ``compiled.run`` with the tensors; a kernel that needs
+    scratch memory has no direct launcher."""
+    compiled = _PointerKernel()
+    fast, misses, run = _recorded_cache(monkeypatch, _toy_tuples, compiled, {"N_TILE": 16}, 77, layout=layout)
+    kernel = fast.kernel
+    kernel._fusedmlp_fast = fast
+    recorded = _RecordingKernel()  # compiled.run of the same compiled kernel, recorded apart
+    x, a, b = torch.empty(64), torch.empty(32), torch.empty(16)
+    fast.call(lambda: (recorded, {"N_TILE": 16}), (4,), (x, (a, (b, 3)), 64), {})  # the miss: Triton's path
+    key = next(iter(fast.cache))
+    fast.cache[key] = (recorded, {"N_TILE": 16}, launch_mod._DirectLaunch.of(compiled))
+    fast.call(run, (4,), (x, (a, (b, 3)), 64), {})  # a hit without a memo key
+    assert recorded.calls == [(4, 1, 1, 77, "function", "packed", None, None, None, x, (a, (b, 3)), 64, 16)]
+    memo = launch_mod.exact_key((x, a, b))
+    assert not launch_mod.launch_prepared(kernel, memo)
+    fast.call(run, (4,), (x, (a, (b, 3)), 64), {}, memo=memo)
+    assert not misses and len(compiled.calls) == 1 and len(recorded.calls) == 1
+    kernel_args = (x.data_ptr(), (a.data_ptr(), (b.data_ptr(), 3)), 64, 16)
+    if layout == "spread":
+        head = (4, 1, 1, 77, "function", False, True, None, None, "packed", None, None, None)
+        assert compiled.calls[0] == head + kernel_args
+    else:
+        head = (4, 1, 1, 77, "function", False, True, "packed", None, None, None, None, None, "annotations",
+                "signature")
+        assert compiled.calls[0] == head + (kernel_args,)
+    assert launch_mod.launch_prepared(kernel, memo) and compiled.calls[1] == compiled.calls[0]
+    monkeypatch.setattr(launch_mod, "FINISHED_CALLS", False)
+    assert not launch_mod.launch_prepared(kernel, memo)
+    fast.call(run, (4,), (x, (a, (b, 3)), 64), {}, memo=memo)
+    assert len(recorded.calls) == 2 and len(compiled.calls) == 2
+    assert launch_mod._DirectLaunch.of(_PointerKernel(scratch=64)) is None
 
 
 @pytest.mark.parametrize("wrapper,takes_base_args", [("3.6", False), ("3.6", True), ("3.9", True)])

@@ -564,7 +564,16 @@ class Launcher:
         finally:
             self._forced = None
 
-    def launch(self, grid, *args, dtype=None, **kwargs):
+    def launch_prepared(self, memo) -> bool:
+        """Launch the finished call filed under ``memo`` by an earlier ``launch(..., memo=memo)``
+        (kernels/launch.py), if there is one and no config is being forced; returns whether
+        it did. ``memo`` holds everything the launch's arguments are built from (``exact_key``),
+        so a caller asks before building them."""
+        return not INTERPRET and self._forced is None and self.fast.launch_prepared(memo)
+
+    def launch(self, grid, *args, dtype=None, memo=None, **kwargs):
+        """Launch (class docstring); returns the compiled kernel. ``memo``: the key under
+        which ``launch_prepared`` finds this launch again."""
         if INTERPRET:
             return self._run_fixed(grid, args, kwargs, INTERPRET_CONFIG)[0]
         fp64 = dtype == torch.float64
@@ -578,4 +587,4 @@ class Launcher:
             run = lambda: self._run_fixed(grid, args, kwargs, default)  # noqa: E731
         else:
             run = lambda: self._run_tuned(tuned, grid, args, kwargs)  # noqa: E731
-        return self.fast.call(run, grid, args, kwargs, by_value=self.key)[0]
+        return self.fast.call(run, grid, args, kwargs, by_value=self.key, memo=memo)[0]

@@ -33,14 +33,17 @@ here (a LoRA forward with five: 123 us of host per call, 87 through a pointer ke
 benchmarks/small_shape_paths.py), where most steps of a training loop reuse the addresses
 of the step before.
 
-A launch through ``launch`` may also name a ``memo``: a key holding, exactly, everything its
-arguments are built from (``exact_key``: tensors by address, shape, strides and dtype).
-A cached launch with a direct launcher then files the finished call (the C launcher, its
-grid, its arguments with every tensor replaced by its address) under that key, and a later
-call with the same key is that call again, after the checks of every launch (the cache on,
-no hook) and the stream's lookup: ``launch_prepared``. ``launch_pingpong`` (ops/_common.py)
-keys every launch so, which skips its own argument handling, the lookup of the compiled
-kernel and the descriptors' table on a training loop's repeated calls.
+A launch through ``launch`` (or ``configs.Launcher.launch``) may also name a ``memo``: a key
+holding, exactly, everything its arguments are built from (``exact_key``: tensors by address,
+shape, strides and dtype). A cached launch with a direct launcher then files the finished call
+(the C launcher, its grid, its arguments with every tensor replaced by its address, inside
+tuples too) under that key, and a later call with the same key is that call again, after the
+checks of every launch (the cache on, no hook) and the stream's lookup: ``launch_prepared``.
+The callers ask for it before they build the arguments, so a training loop's repeated calls
+skip that work, the lookup of the compiled kernel and the descriptors' table:
+``launch_pingpong`` (ops/_common.py) keys every launch so, and the whole-MLP op (ops/mlp.py)
+each of its kernels. A pointer kernel (no descriptor) has Triton's C launcher as its direct
+launcher; its hits take it only when they file a call.
 
 The reuse runs on the Triton versions it was checked against, 3.6 to 3.9 (the same
 specialisation rules, which a test compares with the installed Triton's own, and the same
@@ -78,6 +81,9 @@ FAST_LAUNCH = (_SUPPORTED and not INTERPRET
 # Cached launches expand descriptors themselves (below); False sends them through Triton's
 # launcher wrapper instead (benchmarks/small_shape_paths.py times both in one process).
 DIRECT_DESCRIPTORS = True
+# Launches named by a memo key are filed as finished calls and launched again as such; False
+# sends every launch through the cache's usual path (benchmarks/mlp_plain_host.py times both).
+FINISHED_CALLS = True
 DESCRIPTOR_SUFFIX = "_desc"  # parameters that take a tensor descriptor (a plain tensor from the ops)
 _FILLED_PER_KERNEL = 256  # expanded descriptors kept per compiled kernel (the table is cleared when full)
 _PREPARED_PER_KERNEL = 256  # finished calls kept per kernel under their memo keys (cleared when full)
@@ -168,6 +174,17 @@ def _value_key(value):
     return value  # strings, dtypes, None: by value (finer than Triton: only costs a miss)
 
 
+def _addresses(value):
+    """``value`` as the C launcher takes it without a tensor: a tensor by its address (an
+    integer, which the launcher passes as the pointer without asking the driver about it), a
+    tuple element by element."""
+    if isinstance(value, torch.Tensor):
+        return value.data_ptr()
+    if isinstance(value, tuple):
+        return tuple(map(_addresses, value))
+    return value
+
+
 def exact_key(value):
     """``value`` as a memo key's part (module docstring): a tensor by its address, shape,
     strides and dtype, a float by its bits (0.0 and -0.0 apart), a tuple element by element,
@@ -185,9 +202,9 @@ class _DirectLaunch:
     """The C launcher of one compiled kernel, called with its tensor descriptors expanded from
     a table (module docstring) in the layout of the running Triton (``_LAUNCHER_LAYOUT``):
     ``prepared(grid, bound)`` is the launch as a call of the stream alone (what a memo key
-    files). ``of(compiled)`` is None where the compiled kernel takes no descriptor, needs scratch
-    memory, runs instrumented, or its launcher is not laid out as written against: those
-    launches take ``compiled.run``."""
+    files). A kernel without descriptors has Triton's C launcher itself as its direct launcher.
+    ``of(compiled)`` is None where the compiled kernel needs scratch memory, runs instrumented,
+    or its launcher is not laid out as written against: those launches take ``compiled.run``."""
 
     def __init__(self, compiled, raw, descriptors: dict):
         runner = compiled.run
@@ -213,8 +230,10 @@ class _DirectLaunch:
         if getattr(runner, "gsan_enabled", False):  # the sanitizer appends arguments of its own
             return None
         code, cells = getattr(wrapper, "__code__", None), getattr(wrapper, "__closure__", None)
-        if code is None or not cells:
-            return None  # no descriptor: Triton's launcher is the C function itself
+        if code is None:  # no descriptor: Triton's launcher is the C function itself
+            return cls(compiled, wrapper, {}) if callable(wrapper) else None
+        if not cells:
+            return None
         free = dict(zip(code.co_freevars, (cell.cell_contents for cell in cells)))
         raw, positions, metas = (free.get(k) for k in ("launcher", "tensordesc_indices", "tensordesc_meta"))
         signature = free.get("signature")
@@ -259,7 +278,7 @@ class _DirectLaunch:
             if meta is not None:
                 args.extend(self._expanded(position, value, meta))
             else:
-                args.append(value.data_ptr() if isinstance(value, torch.Tensor) else value)
+                args.append(_addresses(value))
         grid_x, grid_y, grid_z = grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1
         raw, head = self.raw, self.head
         if self.sequence:
@@ -329,7 +348,13 @@ class FastLaunch:
                 self.cache[key] = (compiled, dict(meta), _DirectLaunch.of(compiled))
             return compiled, meta
         compiled, meta, direct = entry
-        direct = direct if DIRECT_DESCRIPTORS else None
+        files = memo is not None and FINISHED_CALLS and self.pre_hook is None  # a pre-hook runs on every launch
+        # a pointer kernel's hit takes the C launcher only to be filed (its tensors as addresses,
+        # which spares later launches a data_ptr() call and a driver query per tensor): built
+        # on every hit, that call took 0.93-1.47x compiled.run's host time for the MLP's
+        # kernels (benchmarks/NOTES.md, "The MLP's plain calls as finished calls")
+        if direct is not None and not (DIRECT_DESCRIPTORS if self.takes_descriptors else files):
+            direct = None
         self.hits += 1
         merged = {**kwargs, **meta}
         if direct is None and self.takes_descriptors:
@@ -344,7 +369,7 @@ class FastLaunch:
         if direct is not None:
             finished = direct.prepared(grid, bound)
             finished(stream)
-            if memo is not None and self.pre_hook is None:  # a pre-hook runs on every launch
+            if files:
                 if len(self.prepared) >= _PREPARED_PER_KERNEL:
                     self.prepared.clear()
                 try:
@@ -356,28 +381,30 @@ class FastLaunch:
                          compiled.function, compiled.packed_metadata, None, None, None, *bound)
         return compiled, meta
 
+    def launch_prepared(self, memo) -> bool:
+        """Launch the finished call filed under ``memo`` on this device (``launch_prepared``)."""
+        if not (FAST_LAUNCH and FINISHED_CALLS and (DIRECT_DESCRIPTORS or not self.takes_descriptors)):
+            return False
+        device = torch.cuda.current_device()
+        try:
+            finished = self.prepared.get((device, memo))
+        except TypeError:  # an unhashable part: never filed
+            return False
+        if finished is None or _hooks_installed():
+            return False
+        if not INTERPRET:  # (the tests turn the cache on under the interpreter)
+            bind_cuda_context()
+        finished(torch._C._cuda_getCurrentRawStream(device))
+        self.hits += 1
+        return True
+
 
 def launch_prepared(kernel, memo) -> bool:
     """Launch the finished call that ``launch(kernel, ..., memo=memo)`` filed on this device,
     if there is one and cached launches are on (no hook installed); returns whether it did.
     ``memo`` must hold everything the launch's arguments are built from (``exact_key``)."""
-    if not (FAST_LAUNCH and DIRECT_DESCRIPTORS):
-        return False
     fast = kernel.__dict__.get("_fusedmlp_fast")
-    if fast is None:
-        return False
-    device = torch.cuda.current_device()
-    try:
-        finished = fast.prepared.get((device, memo))
-    except TypeError:  # an unhashable part: never filed
-        return False
-    if finished is None or _hooks_installed():
-        return False
-    if not INTERPRET:  # (the tests turn the cache on under the interpreter)
-        bind_cuda_context()
-    finished(torch._C._cuda_getCurrentRawStream(device))
-    fast.hits += 1
-    return True
+    return fast is not None and fast.launch_prepared(memo)
 
 
 def launch(kernel, grid, *args, descriptor_blocks=None, memo=None, **kwargs):
