@@ -12,7 +12,6 @@ TAG selects the setting: "caller" in it runs the backward on the calling thread
 (ops/mlp.py, ops/linear_act.py) in timers and prints each one's inclusive microseconds per call.
 Run it under ``taskset -c N`` to pin the process to cores. Writes host_TAG.json to $OUT.
 bf16, CUDA only."""
-import functools
 import json
 import os
 import sys
@@ -22,24 +21,14 @@ import torch
 import fusedmlp
 import fusedmlp.ops.mlp as M
 import fusedmlp.ops.linear_act as LA
+from fusedmlp.bench.harness import wrap_in_timer
 
 ACC = {}  # label -> nanoseconds spent inside the wrapped callable since the last clear
 
 
 def timed(owner, name, label=None):
-    """Replace ``owner.name`` (a module's function or an object's method) by a wrapper that adds
-    its inclusive time to ACC[label] (label defaults to name)."""
-    fn = getattr(owner, name)
-    label = label or name
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        start = time.perf_counter_ns()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            ACC[label] = ACC.get(label, 0) + time.perf_counter_ns() - start
-    setattr(owner, name, wrapper)
+    """``owner.name`` timed into ACC (``wrap_in_timer``)."""
+    wrap_in_timer(owner, name, ACC, label)
 
 
 def per_call(fn, calls=100, runs=7):

@@ -257,6 +257,37 @@ def test_interleaved_us_row_and_write_record(tmp_path, monkeypatch, capsys):
     assert record["environment"]["torch"] == torch.__version__ and record["rows"] == [row]
 
 
+def test_wrap_in_timer_adds_inclusive_time_per_label(monkeypatch):
+    """harness.wrap_in_timer: a module's function, an object's method and a class's static
+    method keep their results (and exceptions) and add the nanoseconds spent inside them to
+    their label's total, nested calls inclusive (the clock replaced by a counter)."""
+    import types
+
+    clock = iter(range(0, 1000, 10))
+    monkeypatch.setattr(harness.time, "perf_counter_ns", lambda: next(clock))
+    module = types.SimpleNamespace(inner=lambda v: v + 1)
+    module.outer = lambda v: module.inner(v) * 2
+
+    class Owner:
+        @staticmethod
+        def static(v):
+            return -v
+
+        def method(self, v):
+            raise ValueError(v)
+
+    totals = {}
+    harness.wrap_in_timer(module, "inner", totals)
+    harness.wrap_in_timer(module, "outer", totals, "outer call")
+    harness.wrap_in_timer(Owner, "static", totals)
+    harness.wrap_in_timer(Owner, "method", totals)
+    assert module.outer(1) == 4 and Owner.static(3) == -3 and Owner().static(3) == -3
+    with pytest.raises(ValueError):
+        Owner().method(5)
+    # outer: 0 -> 30 (inner 10 -> 20 inside it); static twice; method once
+    assert totals == {"inner": 10, "outer call": 30, "static": 20, "method": 10}
+
+
 @pytest.mark.gpu
 def test_stepwise_ms_orders_and_times_the_steps():
     """harness.stepwise_ms: rotated rounds call the steps in turn, the order rotated by one

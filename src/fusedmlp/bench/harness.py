@@ -193,6 +193,29 @@ def host_us_per_call(fn, calls: int = 200, runs: int = 5) -> float:
     return statistics.median(samples)
 
 
+def wrap_in_timer(owner, name: str, totals: dict, label: str | None = None) -> None:
+    """Replace ``owner.name`` (a module's function, an object's method or a class's static
+    method) by a wrapper that adds the nanoseconds spent inside it, inclusive, to
+    ``totals[label]`` (``label`` defaults to ``name``): for the probes of benchmarks/ that
+    split a call's host time among the op layer's functions."""
+    import functools
+    import inspect
+
+    fn = getattr(owner, name)
+    static = isinstance(inspect.getattr_static(owner, name, None), staticmethod)
+    label = label or name
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter_ns()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            totals[label] = totals.get(label, 0) + time.perf_counter_ns() - start
+
+    setattr(owner, name, staticmethod(wrapper) if static else wrapper)
+
+
 def flushed_event_times_ms(fn, count: int, flush: torch.Tensor, setup=None) -> list:
     """Milliseconds of each of ``count`` calls of ``fn`` (``fn(setup())`` with a ``setup``,
     which runs untimed), every call CUDA-event-timed alone after ``flush.zero_()``, a write
