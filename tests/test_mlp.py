@@ -623,8 +623,8 @@ def test_cublas_stack(device, monkeypatch, dtype, activation, last, recompute):
                                              (torch.float32, "high")], ids=["bfloat16", "float32", "float32-tf32"])
 @pytest.mark.parametrize("batch", [2048, 8191, 20000])
 def test_dlrm_mlps_on_gpu(sizes, dtype, precision, batch, monkeypatch):
-    """The DLRM MLPs at the real widths (one kernel each way; for the top MLP from
-    CUBLAS_WGRAD_MIN_ROWS = 16384 rows the weight gradients on cuBLAS), against float64 on the GPU.
+    """The DLRM MLPs at the real widths (one kernel each way: plain calls keep the wgrad kernel
+    at every batch, ``test_top_mlp_weight_grads_on_cublas_when_graphed``), against float64 on the GPU.
     fp32 at "highest" runs layer by layer with its GEMMs on cuBLAS (``gemms_on_cublas``: the
     whole-stack kernel is not launched), at "high" as the whole-stack kernel on TF32 tensor cores.
     (g has a mean: the top MLP's last bias gradient is ONE sum over the batch, which a
@@ -645,6 +645,30 @@ def test_dlrm_mlps_on_gpu(sizes, dtype, precision, batch, monkeypatch):
         check_stack(sizes, "cuda", dtype, "relu", last, batch=(batch,), recompute=True, g_offset=0.5,
                     fp32_bound=1e-3, tf32=tf32)
     assert bool(launches) == (dtype != torch.float32 or tf32)
+
+
+@pytest.mark.gpu
+def test_top_mlp_weight_grads_on_cublas_when_graphed(monkeypatch):
+    """The top MLP's weight gradients from CUBLAS_WGRAD_MIN_ROWS_GRAPHED rows: the wgrad kernel
+    in plain calls, cuBLAS products in graph_capture_mode and in plain calls past
+    CUBLAS_WGRAD_MIN_ROWS; each against float64 (recomputing backward too)."""
+    calls = []
+    real = mlp_ops._weight_grads_cublas
+    monkeypatch.setattr(mlp_ops, "_weight_grads_cublas", lambda *args: calls.append(1) or real(*args))
+    batch = (mlp_ops.CUBLAS_WGRAD_MIN_ROWS_GRAPHED + 37,)
+    for recompute in (False, True):
+        calls.clear()
+        check_stack(DLRM_TOP, "cuda", torch.bfloat16, "relu", "sigmoid", batch=batch, recompute=recompute,
+                    g_offset=0.5)
+        assert not calls, "plain calls take the wgrad kernel"
+        with fusedmlp.graph_capture_mode():
+            check_stack(DLRM_TOP, "cuda", torch.bfloat16, "relu", "sigmoid", batch=batch, recompute=recompute,
+                        g_offset=0.5)
+        assert calls == [1], calls
+    monkeypatch.setattr(mlp_ops, "CUBLAS_WGRAD_MIN_ROWS", batch[0])
+    calls.clear()
+    check_stack(DLRM_TOP, "cuda", torch.bfloat16, "relu", "sigmoid", batch=batch, g_offset=0.5)
+    assert calls == [1], calls
 
 
 @pytest.mark.gpu

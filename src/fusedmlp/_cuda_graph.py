@@ -17,7 +17,8 @@ def graph_capture_mode():
     that is captured in a CUDA graph and replayed (where a launch costs no host time). Some ops
     otherwise trade GPU time for fewer launches where a plain call is bound by host time: the
     top MLP of DLRM (``fusedmlp.mlp``, eager mode, Hopper, 16 bits) runs its first layer as a
-    kernel of its own from 512 rows here, from 32768 outside. Enter it for the warm-up calls
+    kernel of its own from 512 rows here, from 32768 outside, and its weight gradients as cuBLAS
+    products from 16384 rows here, never outside. Enter it for the warm-up calls
     and the capture alike, so that every kernel the capture launches was compiled and tuned
     before it; ``capture_cuda_graph`` does so. Results are the same either way, up to rounding."""
     global _graph_capture_depth

@@ -27,14 +27,16 @@ grouped wgrad launch for every dW and db (plus a fixed-order reduction of its
 row-slice partials when the batch is large): 2-3 launches whatever the depth. The wgrad
 kernel reads x's rows whole 16-byte units wide where they have room (the forward's
 zero-padded copy of a 367-wide input, DLRM's interaction rows), so its loads of x are vectors.
-For a stack whose input is wider than ``FULL_MAX`` (DLRM's 367-wide top MLP), from
-``CUBLAS_WGRAD_MIN_ROWS`` rows on a GPU, the weight gradients are cuBLAS products of the saved
-tensors instead (``_weight_grads_cublas``: one per layer, and a product with a ones vector per
-bias). The top MLP's weight gradients on an H100 in bf16 (``benchmarks/mlp_wgrad_cols.py``),
-kernel / cuBLAS: 13.9 / 33.8 us at 2048 rows, 38.5 / 58.6 at 8192, 68.5 / 70.5 at 16384,
-119 / 109 at 32768, 216 / 165 at 65536 (the kernel reading 367 columns: 26-396 us); the
-captured fwd+bwd steps tie at 16384 rows (160 us). The bottom MLP's (13 wide input) take 147
-us with the kernel and 198 us on cuBLAS at 65536 rows (H200, ``benchmarks/mlp_wgrad_sweep.py``).
+For a stack whose input is wider than ``FULL_MAX`` (DLRM's 367-wide top MLP), in a step for
+replay from a CUDA graph from ``CUBLAS_WGRAD_MIN_ROWS_GRAPHED`` rows on a GPU (in plain calls
+from ``CUBLAS_WGRAD_MIN_ROWS``: never by default, the constant says why), the weight gradients
+are cuBLAS products of the saved tensors instead (``_weight_grads_cublas``: one per layer, and
+a product with a ones vector per bias). The top MLP's weight gradients on an H100 in bf16
+(``benchmarks/mlp_wgrad_cols.py``), kernel / cuBLAS: 13.9 / 33.8 us at 2048 rows, 38.5 /
+58.6 at 8192, 68.5 / 70.5 at 16384, 119 / 109 at 32768, 216 / 165 at 65536 (the kernel
+reading 367 columns: 26-396 us); the captured fwd+bwd steps tie at 16384 rows (160 us). The
+bottom MLP's (13 wide input) take 147 us with the kernel and 198 us on cuBLAS at 65536 rows
+(H200, ``benchmarks/mlp_wgrad_sweep.py``).
 
 What the backward keeps, per layer (``recompute=False``, the default): the output for
 activations whose derivative is a function of it (identity, relu, squared_relu, sigmoid; it
@@ -153,7 +155,16 @@ _WGRAD_TILE = (32, 32, 32) if INTERPRET else (64, 128, 128)
 _WGRAD_STAGES = 3
 _WGRAD_SMEM_SPARE = 24 * 1024
 _REDUCE_BLOCK = 1024
-CUBLAS_WGRAD_MIN_ROWS = 16384
+# The weight gradients of a stack wider in than FULL_MAX (DLRM's top MLP) are cuBLAS products
+# (``_weight_grads_cublas``) in a step replayed from a CUDA graph (graph_capture_mode, or a
+# capture under way) from CUBLAS_WGRAD_MIN_ROWS_GRAPHED rows, where they take less GPU time
+# than the wgrad kernel (module docstring). In plain calls from CUBLAS_WGRAD_MIN_ROWS: never by
+# default. They are six launches (a product per weight and per bias) where the kernel's
+# finished calls are two: on an H200 machine here each cuBLAS call took 35-45 us of host time
+# (torch.profiler), and the plain top-MLP step at 65536 rows was the host's (1.43 ms from an
+# idle GPU against 0.41 of GPU work), where cuBLAS saves about 50 us of GPU time.
+CUBLAS_WGRAD_MIN_ROWS = 2**62
+CUBLAS_WGRAD_MIN_ROWS_GRAPHED = 16384
 
 _KEY = ["M_KEY", "WIDTHS", "ROLES", "ACTS"]
 # How the tuner times the forward's and the dgrad's configs (kernels/configs.py, Launcher).
@@ -442,9 +453,21 @@ def _new_dx(g, plan: MLPPlan, needs_dx: bool):
     return aligned_rows_empty(g, g.shape[0], plan.widths[0])
 
 
-def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool, padded: tuple):
+def _wgrad_on_cublas(g, plan: MLPPlan, graphed: bool) -> bool:
+    """Whether the weight gradients are cuBLAS products (CUBLAS_WGRAD_MIN_ROWS says when and
+    why; ``graphed``: the step is to be replayed from a CUDA graph, as is one being captured)."""
+    if not g.is_cuda or plan.dx_direct or any(a != "identity" for a in plan.a_acts):
+        return False
+    m = g.shape[0]
+    if m >= CUBLAS_WGRAD_MIN_ROWS:
+        return True
+    return m >= CUBLAS_WGRAD_MIN_ROWS_GRAPHED and (graphed or torch.cuda.is_current_stream_capturing())
+
+
+def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool, padded: tuple, graphed: bool = False):
     """(dx, grads): dx [M, in] (empty unless needs_dx); grads the flat dW_0, db_0, dW_1, ... buffer.
-    ``padded``: the forward's zero-padded copies of x and W_0 (``_launch_forward``)."""
+    ``padded``: the forward's zero-padded copies of x and W_0 (``_launch_forward``); ``graphed``:
+    the step is for replay from a CUDA graph (``_wgrad_on_cublas``)."""
     m = g.shape[0]
     layers = plan.layers
     dx = _new_dx(g, plan, needs_dx)
@@ -469,8 +492,7 @@ def _launch_backward(g, x, weights, saved, y, plan: MLPPlan, needs_dx: bool, pad
     x, w0 = _first_layer_operands(x, weights[0], padded)
     if needs_dx and not plan.dx_direct:  # dx = d_0 @ W_0 on cuBLAS (kernels/mlp.py says why)
         _mm_into(d[0], w0, dx)
-    if (g.is_cuda and not plan.dx_direct and m >= CUBLAS_WGRAD_MIN_ROWS
-            and all(a == "identity" for a in plan.a_acts)):
+    if _wgrad_on_cublas(g, plan, graphed):
         return dx, _weight_grads_cublas(d, x, saved, plan)
     tile_n, tile_k, block_r, tiles, slices, rows_per_slice = _wgrad_geometry(
         plan, m, g.dtype, 4 if INTERPRET else num_sms(g), shared_memory_per_block(g))
@@ -589,7 +611,7 @@ def mlp_backward_impl(g, x, weights, biases, saved, y, acts: str, recompute: boo
     plan = _plan_of(weights, biases, _parse_acts(acts))
     if recompute:
         y, saved, padded = _launch_forward(x, weights, biases, plan, True, graphed)
-    return _launch_backward(g, x, weights, saved, y, plan, needs_dx, padded)
+    return _launch_backward(g, x, weights, saved, y, plan, needs_dx, padded, graphed)
 
 
 @torch.library.custom_op("fusedmlp::mlp", mutates_args=())

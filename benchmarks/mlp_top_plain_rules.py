@@ -1,0 +1,85 @@
+"""DLRM's top MLP (367-512-256-1) in plain calls at large batches under the plain-call rules of
+ops/mlp.py, against torch.compile and eager in the same rounds.
+
+    PYTHONPATH=src python3 benchmarks/mlp_top_plain_rules.py [--batches 16384,32768,65536] [--rounds 3]
+
+Variants (ops/mlp.py's module constants, set before each variant's rows):
+  cublas_wgrad   CUBLAS_WGRAD_MIN_ROWS = 16384: the weight gradients as cuBLAS products from
+                 16384 rows in plain calls too (the rule before 2026-11-29)
+  kernel_wgrad   CUBLAS_WGRAD_MIN_ROWS = 2**62: the wgrad kernel in plain calls (the rule after)
+  kernel_whole   kernel_wgrad, and FIRST_LAYER_GEMM_MIN_ROWS = 2**62: layer 0 inside the
+                 whole-stack kernel in plain calls too
+Rows per batch: each variant's fused fwd and fwd+bwd, torch.compile's (default mode) and
+eager's, as ``fusedmlp bench mlp`` times its plain impls (``measure``: do_bench, the L2 flushed
+before each call), bf16; and per variant the fwd+bwd step's host microseconds from an idle GPU
+(synchronise, then the call's wall time). Rounds interleave the variants and peers, every other
+round in reverse order. Writes mlp_top_plain_rules.json to $OUT (or .).
+"""
+import argparse
+import statistics
+import time
+
+import torch
+
+import fusedmlp.ops.mlp as M
+from fusedmlp.bench.harness import measure, write_record
+from fusedmlp.bench.suites.mlp import DLRM_TOP, _forward_fn, _make_inputs
+
+VARIANTS = {
+    "cublas_wgrad": {"CUBLAS_WGRAD_MIN_ROWS": 16384, "FIRST_LAYER_GEMM_MIN_ROWS": M.FIRST_LAYER_GEMM_MIN_ROWS},
+    "kernel_wgrad": {"CUBLAS_WGRAD_MIN_ROWS": 2**62, "FIRST_LAYER_GEMM_MIN_ROWS": M.FIRST_LAYER_GEMM_MIN_ROWS},
+    "kernel_whole": {"CUBLAS_WGRAD_MIN_ROWS": 2**62, "FIRST_LAYER_GEMM_MIN_ROWS": 2**62},
+}
+LIBRARY = {name: getattr(M, name) for name in VARIANTS["kernel_wgrad"]}
+
+
+def from_idle_us(step, count=30):
+    samples = []
+    for _ in range(count):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        step()
+        samples.append((time.perf_counter() - start) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batches", default="16384,32768,65536")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    rows = []
+    for batch in (int(b) for b in args.batches.split(",")):
+        shape = (batch, *DLRM_TOP)
+        inputs, g = _make_inputs(shape, torch.bfloat16)
+        make = _forward_fn(shape)
+        fused, compiled, eager = make("fused"), make("compile"), make("eager")
+        names = list(VARIANTS) + ["compile", "eager"]
+        for repeat in range(args.rounds):
+            for name in (names if repeat % 2 == 0 else names[::-1]):
+                for constant, value in VARIANTS.get(name, LIBRARY).items():
+                    setattr(M, constant, value)
+                forward = fused if name in VARIANTS else compiled if name == "compile" else eager
+                row = {"batch": batch, "impl": name, "round": repeat}
+                for mode in ("fwd", "fwd+bwd"):
+                    row[mode + "_ms"] = measure(forward, mode, inputs, g)[0]
+                wrt = [t for t in inputs if t.requires_grad]
+                row["step_from_idle_us"] = from_idle_us(lambda: torch.autograd.grad(forward(*inputs), wrt, g))
+                rows.append(row)
+                print(f"{batch:6d} {name:13s} fwd {row['fwd_ms']:7.4f} ms  fwd+bwd {row['fwd+bwd_ms']:7.4f} ms  "
+                      f"step from idle {row['step_from_idle_us']:7.1f} us", flush=True)
+        for constant, value in LIBRARY.items():
+            setattr(M, constant, value)
+    print("\nmedians over rounds (ms): batch, impl, fwd, fwd+bwd, step from idle (us)")
+    for batch in sorted({r["batch"] for r in rows}):
+        for name in list(VARIANTS) + ["compile", "eager"]:
+            mine = [r for r in rows if r["batch"] == batch and r["impl"] == name]
+            med = {k: statistics.median(r[k] for r in mine) for k in ("fwd_ms", "fwd+bwd_ms", "step_from_idle_us")}
+            print(f"{batch:6d} {name:13s} {med['fwd_ms']:7.4f} {med['fwd+bwd_ms']:7.4f} "
+                  f"{med['step_from_idle_us']:7.1f}")
+    write_record("mlp_top_plain_rules", rows=rows)
+
+
+if __name__ == "__main__":
+    main()
