@@ -16,14 +16,13 @@ with the op layer's functions wrapped in timers (inclusive host microseconds per
 Floor: three cuBLAS GEMMs of the shape. bf16; writes geglu_chunk_host.json to $OUT (or /tmp).
 """
 import argparse
-import statistics
 import time
 
 import torch
 import triton
 
 import fusedmlp.ops.glu as glu
-from fusedmlp.bench.harness import graph_steps, measure, median_ms, wrap_in_timer, write_record
+from fusedmlp.bench.harness import graph_steps, host_us_from_idle, measure, median_ms, wrap_in_timer, write_record
 from fusedmlp.bench.suites.glu import _gemm_steps, _make_inputs
 
 library_rule = glu._dh_chunks
@@ -44,16 +43,6 @@ def plan_of(name):
     return row_chunks
 
 
-def host_us_from_idle(step, count=30):
-    """Median wall time of ``step()`` started on an idle GPU (a sync before each)."""
-    samples = []
-    for _ in range(count):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        step()
-        samples.append((time.perf_counter() - start) * 1e6)
-    torch.cuda.synchronize()
-    return statistics.median(samples)
 
 
 def main():

@@ -17,12 +17,11 @@ round in reverse order. Writes mlp_top_plain_rules.json to $OUT (or .).
 """
 import argparse
 import statistics
-import time
 
 import torch
 
 import fusedmlp.ops.mlp as M
-from fusedmlp.bench.harness import measure, write_record
+from fusedmlp.bench.harness import host_us_from_idle, measure, write_record
 from fusedmlp.bench.suites.mlp import DLRM_TOP, _forward_fn, _make_inputs
 
 VARIANTS = {
@@ -33,15 +32,6 @@ VARIANTS = {
 LIBRARY = {name: getattr(M, name) for name in VARIANTS["kernel_wgrad"]}
 
 
-def from_idle_us(step, count=30):
-    samples = []
-    for _ in range(count):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        step()
-        samples.append((time.perf_counter() - start) * 1e6)
-    torch.cuda.synchronize()
-    return statistics.median(samples)
 
 
 def main():
@@ -65,7 +55,7 @@ def main():
                 for mode in ("fwd", "fwd+bwd"):
                     row[mode + "_ms"] = measure(forward, mode, inputs, g)[0]
                 wrt = [t for t in inputs if t.requires_grad]
-                row["step_from_idle_us"] = from_idle_us(lambda: torch.autograd.grad(forward(*inputs), wrt, g))
+                row["step_from_idle_us"] = host_us_from_idle(lambda: torch.autograd.grad(forward(*inputs), wrt, g))
                 rows.append(row)
                 print(f"{batch:6d} {name:13s} fwd {row['fwd_ms']:7.4f} ms  fwd+bwd {row['fwd+bwd_ms']:7.4f} ms  "
                       f"step from idle {row['step_from_idle_us']:7.1f} us", flush=True)

@@ -14,15 +14,13 @@ printed, and the GPU's busy time per step). Writes step_host_profile.json to $OU
 import cProfile
 import io
 import pstats
-import statistics
 import sys
-import time
 
 import torch
 
 import fusedmlp
 import fusedmlp.ops.glu as glu
-from fusedmlp.bench.harness import host_us_per_call, write_record
+from fusedmlp.bench.harness import host_us_from_idle, host_us_per_call, write_record
 from fusedmlp.bench.suites.glu import _make_inputs as glu_inputs
 from fusedmlp.bench.suites.mlp import _make_inputs as mlp_inputs
 
@@ -39,15 +37,6 @@ def make_step(name):
     return lambda: torch.autograd.grad(glu.geglu(*inputs, recompute=True), inputs, g)
 
 
-def from_idle_us(step, count=30):
-    samples = []
-    for _ in range(count):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        step()
-        samples.append((time.perf_counter() - start) * 1e6)
-    torch.cuda.synchronize()
-    return statistics.median(samples)
 
 
 def main():
@@ -58,7 +47,7 @@ def main():
         for _ in range(5):
             step()
         torch.cuda.synchronize()
-        idle, back_to_back = from_idle_us(step), host_us_per_call(step, calls=50)
+        idle, back_to_back = host_us_from_idle(step), host_us_per_call(step, calls=50)
         profiler = cProfile.Profile()
         profiler.enable()
         for _ in range(20):

@@ -288,6 +288,26 @@ def test_wrap_in_timer_adds_inclusive_time_per_label(monkeypatch):
     assert totals == {"inner": 10, "outer call": 30, "static": 20, "method": 10}
 
 
+def test_host_us_from_idle_times_each_call_after_a_sync(monkeypatch):
+    """harness.host_us_from_idle: a synchronisation before every call and one after the last,
+    each call's wall time alone (the clock replaced by a script), the median in microseconds."""
+    events = []
+    monkeypatch.setattr(harness.torch.cuda, "synchronize", lambda: events.append("sync"))
+    durations = iter([3e-6, 1e-6, 2e-6])  # seconds per call: the median is 2 us
+    now = [0.0]
+
+    def clock():
+        return now[0]
+
+    def call():
+        events.append("call")
+        now[0] += next(durations)
+
+    monkeypatch.setattr(harness.time, "perf_counter", clock)
+    assert harness.host_us_from_idle(call, count=3) == pytest.approx(2.0)
+    assert events == ["sync", "call"] * 3 + ["sync"]
+
+
 @pytest.mark.gpu
 def test_stepwise_ms_orders_and_times_the_steps():
     """harness.stepwise_ms: rotated rounds call the steps in turn, the order rotated by one

@@ -193,6 +193,20 @@ def host_us_per_call(fn, calls: int = 200, runs: int = 5) -> float:
     return statistics.median(samples)
 
 
+def host_us_from_idle(fn, count: int = 30) -> float:
+    """Host microseconds of one call of ``fn`` started on an idle GPU: the median over
+    ``count`` calls of the call's wall time after a synchronisation (the GPU work it queues
+    does not hold the host back, as long as it fits the launch queue)."""
+    samples = []
+    for _ in range(count):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
 def wrap_in_timer(owner, name: str, totals: dict, label: str | None = None) -> None:
     """Replace ``owner.name`` (a module's function, an object's method or a class's static
     method) by a wrapper that adds the nanoseconds spent inside it, inclusive, to
