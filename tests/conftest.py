@@ -85,6 +85,16 @@ def pytest_runtest_makereport(item, call):
 
 
 @pytest.fixture(autouse=True)
+def _no_call_plans_from_other_tests():
+    # A call plan (ops/_common.py CallPlans) replays what an earlier call with the same tensors
+    # launched; a test that patches the op layer (a form, a grid, a launch recorder) must not
+    # get one that another test filed on tensors that happened to lie at the same addresses.
+    from fusedmlp.ops._common import clear_call_plans
+
+    clear_call_plans()
+
+
+@pytest.fixture(autouse=True)
 def _fresh_seed(request):
     # Fresh random inputs on every run, but reproducible from the printed seed on failure.
     seed = int.from_bytes(os.urandom(4), "little")

@@ -541,6 +541,57 @@ def test_every_forward_form_on_gpu(monkeypatch, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "store"])
+def test_repeated_steps_replay_call_plans_on_gpu(monkeypatch, recompute):
+    """A training loop's steps on the same tensors, new values written into them each step:
+    the later steps replay the forward's launch (both modes) and the store mode's dh stream
+    from call plans (ops/_common.py ``CallPlans``: the forward's ping-pong kernel is not
+    launched through ``launch_pingpong``, nor the stream through its launcher) wherever their
+    tensors lie where an earlier step's did, and every step's output and gradients match
+    float64 on that step's values. An input at another address takes the usual path again."""
+    import fusedmlp.ops.glu as glu_ops
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the call plans hold the ping-pong forward's launch (compute capability 9.0)")
+    launched = []
+    real_pingpong = glu_ops.launch_pingpong
+    monkeypatch.setattr(glu_ops, "launch_pingpong", lambda kernel, *args, **kwargs: (
+        launched.append("forward") if kernel is glu_ops.glu_fwd_pingpong_kernel else None)
+        or real_pingpong(kernel, *args, **kwargs))
+    for launcher in glu_ops._stream_launchers.values():
+        monkeypatch.setattr(launcher, "launch", lambda *args, real=launcher.launch, **kwargs: (
+            launched.append("stream") or real(*args, **kwargs)))
+    dtype = torch.bfloat16
+    steps = [make_inputs((300,), 256, 192, dtype, "cuda") for _ in range(5)]  # allocated before the steps (9 of them)
+    leaves = [t.to(dtype).requires_grad_() for t in steps[0][:3]]
+    g = steps[0][3].to(dtype)
+    per_step = []
+    for step, masters in enumerate(steps + steps[1:]):
+        with torch.no_grad():
+            for leaf, master in zip(leaves + [g], masters):
+                leaf.copy_(master)
+                leaf.grad = None
+        launched.clear()
+        y = fusedmlp.geglu(*leaves, recompute=recompute)
+        y.backward(g)
+        per_step.append(list(launched))
+        ref_y, ref_grads = reference_grads(*(t.detach().double() for t in leaves + [g]))
+        assert_close(y, ref_y, dtype, f"step {step} y")
+        for name, leaf, ref in zip(("dx", "dW", "db"), leaves, ref_grads):
+            assert_close(leaf.grad, ref, dtype, f"step {step} {name}")
+        del y, ref_y, ref_grads  # freed before the next step allocates
+    assert per_step[0] == ["forward"] + ([] if recompute else ["stream"]), per_step
+    # replayed from the second step on wherever the caching allocator handed out the addresses
+    # of a step before (it may take a few steps to settle, and alternate between two)
+    for kernel in ("forward",) + (() if recompute else ("stream",)):
+        assert sum(kernel not in launches for launches in per_step[1:]) >= 4, (kernel, per_step)
+    launched.clear()
+    other = leaves[0].detach().clone().requires_grad_()
+    fusedmlp.geglu(other, *leaves[1:], recompute=recompute).backward(g)
+    assert launched[0] == "forward", launched
+
+
+@pytest.mark.gpu
 def test_forward_form_timed_on_first_call_on_gpu(monkeypatch):
     """Autotuning on: the first GLU forward of a shape key times every form on the
     caller's tensors and files the fastest; its output (and the next call's, one launch)

@@ -519,6 +519,61 @@ class _PointerKernel:
         )
 
 
+def test_call_plans_file_and_replay_finished_calls(monkeypatch):
+    """On any machine: ``CallPlans.filing`` files a block's launches where each was a finished
+    call (filed, or launched again by ``launch_prepared``) and there were as many as expected,
+    and ``launch`` replays them on the current stream; nothing is filed from a block with a
+    launch on Triton's path, with a spoiled choice, with more launches than expected, or inside
+    a forcing block, where nothing is replayed either; nor replayed with finished calls off."""
+    from fusedmlp.ops import _common as common
+
+    compiled = _PointerKernel()
+    fast, misses, run = _recorded_cache(monkeypatch, _toy_tuples, compiled, {"N_TILE": 16}, 77)
+    monkeypatch.setattr(launch_mod, "INTERPRET", False)  # no context to bind on a CPU machine
+    monkeypatch.setattr(common, "bind_cuda_context", lambda: None)
+    monkeypatch.setattr(launch_mod, "bind_cuda_context", lambda: None)
+    kernel = fast.kernel
+    kernel._fusedmlp_fast = fast
+    x, a, b = torch.empty(64), torch.empty(32), torch.empty(16)
+    args = (x, (a, (b, 3)), 64)
+    plans = common.CallPlans(size=2)
+    with plans.filing("miss"):
+        fast.call(run, (4,), args, {}, memo="m")  # the first launch of its kind: Triton's path
+    assert misses == [1] and not plans.plans and not plans.launch("miss")
+    fast.cache[next(iter(fast.cache))] = (compiled, {"N_TILE": 16}, launch_mod._DirectLaunch.of(compiled))
+    with plans.filing("once"):
+        fast.call(run, (4,), args, {}, memo="m")  # a hit that files its finished call
+    with plans.filing("again"):
+        assert launch_mod.launch_prepared(kernel, "m")
+    assert len(compiled.calls) == 2 and compiled.calls[1] == compiled.calls[0]
+    assert set(plans.plans) == {(0, "once"), (0, "again")}
+    assert plans.launch("once") and plans.launch("again") and compiled.calls[3] == compiled.calls[0]
+    again = lambda: launch_mod.launch_prepared(kernel, "m")  # noqa: E731
+    for key, extra in (("spoiled", launch_mod.spoil_recording), ("two", again)):
+        with plans.filing(key):
+            assert launch_mod.launch_prepared(kernel, "m")
+            extra()
+        assert (0, key) not in plans.plans
+    with plans.filing("two", launches=2):
+        with launch_mod.recording() as inner:  # an inner block notes for itself alone
+            assert launch_mod.launch_prepared(kernel, "m")
+        assert launch_mod.launch_prepared(kernel, "m")
+    assert len(inner) == 1 and (0, "two") not in plans.plans
+    with launch_mod.forced():
+        with plans.filing("forced"):
+            assert launch_mod.launch_prepared(kernel, "m")
+        assert (0, "forced") not in plans.plans and not plans.launch("once")
+    calls = len(compiled.calls)
+    monkeypatch.setattr(launch_mod, "FINISHED_CALLS", False)
+    assert not plans.launch("once") and len(compiled.calls) == calls
+    monkeypatch.setattr(launch_mod, "FINISHED_CALLS", True)
+    with plans.filing("third"):  # a third plan: the table was full, and starts again
+        assert launch_mod.launch_prepared(kernel, "m")
+    assert set(plans.plans) == {(0, "third")}
+    common.clear_call_plans()
+    assert not plans.plans and not plans.launch("third")
+
+
 @pytest.mark.parametrize("layout", ["spread", "sequence"])
 def test_pointer_kernel_files_its_finished_call_through_the_c_launcher(monkeypatch, layout):
     """On any machine: a cached launch of a kernel without descriptors that names a memo key

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.testing
 
-from .launch import COMPILE_OPTIONS, INTERPRET, FastLaunch, as_descriptors
+from .launch import COMPILE_OPTIONS, INTERPRET, FastLaunch, as_descriptors, forced, spoil_recording
 from .tuning_cache import file_tuner, restore_tuner
 
 # FUSEDMLP_AUTOTUNE=0 launches the first config of each table instead of tuning (compiles one
@@ -560,7 +560,8 @@ class Launcher:
         way, not only the one the tuner picks."""
         self._forced = _meta_of(config)
         try:
-            yield
+            with forced():
+                yield
         finally:
             self._forced = None
 
@@ -575,9 +576,11 @@ class Launcher:
         """Launch (class docstring); returns the compiled kernel. ``memo``: the key under
         which ``launch_prepared`` finds this launch again."""
         if INTERPRET:
+            spoil_recording()
             return self._run_fixed(grid, args, kwargs, INTERPRET_CONFIG)[0]
         fp64 = dtype == torch.float64
         if self._forced is not None and not fp64:
+            spoil_recording()
             return self._run_fixed(grid, args, kwargs, self._forced)[0]
         tuned, default = ((self.tuned_fp32, self.fp32_default) if dtype == torch.float32
                           else (self.tuned, self.default))

@@ -45,6 +45,13 @@ skip that work, the lookup of the compiled kernel and the descriptors' table:
 each of its kernels. A pointer kernel (no descriptor) has Triton's C launcher as its direct
 launcher; its hits take it only when they file a call.
 
+An op may go one step further for a whole call (ops/_common.py ``CallPlans``): inside
+``recording()`` every launch of the thread is noted in order, as its finished call where it
+filed one or launched one again, else as None; a call whose launches were all finished calls
+can be replayed from them, by a key of the op's own arguments, without the work before its
+launches either. ``forced()`` marks the blocks where a test forces a config or a form; plans
+are neither filed nor replayed inside them.
+
 The reuse runs on the Triton versions it was checked against, 3.6 to 3.9 (the same
 specialisation rules, which a test compares with the installed Triton's own, and the same
 ``compiled.run`` signature; the C launcher behind the descriptor wrapper is called in one of
@@ -55,6 +62,7 @@ is installed (profilers such as proton install one); otherwise, and with
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import threading
@@ -120,6 +128,54 @@ def gluon_descriptors(kwargs: dict, blocks: dict) -> dict:
 
 
 _THREAD_STATE = threading.local()
+_FORCED = [0]  # forcing blocks open (``forced``)
+
+
+@contextlib.contextmanager
+def recording():
+    """Inside the block, this thread's launches are noted, in order, in the yielded list: each
+    launch's finished call where it filed one (a launch named by a memo key, with a direct
+    launcher) or launched one again (``launch_prepared``), else None (Triton's path, a miss,
+    an unfiled hit; ``spoil_recording``). Blocks nest; an inner one notes for itself alone."""
+    outer = getattr(_THREAD_STATE, "recording", None)
+    calls = _THREAD_STATE.recording = []
+    try:
+        yield calls
+    finally:
+        _THREAD_STATE.recording = outer
+
+
+def _note(finished) -> None:
+    calls = getattr(_THREAD_STATE, "recording", None)
+    if calls is not None:
+        calls.append(finished)
+
+
+def spoil_recording() -> None:
+    """Note, in an open ``recording``, something that a replay of its finished calls would not
+    repeat (a choice that was not filed, so that a later call may choose otherwise)."""
+    _note(None)
+
+
+@contextlib.contextmanager
+def forced():
+    """Mark a block where a config or a form is forced (``configs.Launcher.forcing``, the ops'
+    ``FastestForm.forcing``): ``forcing_active()`` is True inside it."""
+    _FORCED[0] += 1
+    try:
+        yield
+    finally:
+        _FORCED[0] -= 1
+
+
+def forcing_active() -> bool:
+    return _FORCED[0] > 0
+
+
+def finished_calls_on() -> bool:
+    """Whether finished calls may be launched again now: cached launches and finished calls
+    on, the interpreter off, no launch hook installed."""
+    return FAST_LAUNCH and FINISHED_CALLS and not INTERPRET and not _hooks_installed()
 
 
 def bind_cuda_context() -> None:
@@ -334,15 +390,18 @@ class FastLaunch:
         if not INTERPRET:
             bind_cuda_context()
         if not FAST_LAUNCH or not self.supported or _hooks_installed():
+            _note(None)
             return run()
         device = torch.cuda.current_device()
         try:
             key = self._key(args, kwargs, by_value, device, key_extra)
             hash(key)
         except TypeError:  # an unhashable argument: Triton's path
+            _note(None)
             return run()
         entry = self.cache.get(key)
         if entry is None:
+            _note(None)
             compiled, meta = run()
             if compiled is not None and hasattr(compiled, "packed_metadata"):
                 self.cache[key] = (compiled, dict(meta), _DirectLaunch.of(compiled))
@@ -375,8 +434,10 @@ class FastLaunch:
                 try:
                     self.prepared[device, memo] = finished
                 except TypeError:  # an unhashable part (a list argument): not filed
-                    pass
+                    files = False
+            _note(finished if files else None)
         else:
+            _note(None)
             compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, stream,
                          compiled.function, compiled.packed_metadata, None, None, None, *bound)
         return compiled, meta
@@ -395,6 +456,7 @@ class FastLaunch:
         if not INTERPRET:  # (the tests turn the cache on under the interpreter)
             bind_cuda_context()
         finished(torch._C._cuda_getCurrentRawStream(device))
+        _note(finished)
         self.hits += 1
         return True
 

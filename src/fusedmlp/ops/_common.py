@@ -14,7 +14,10 @@ from torch.autograd.function import once_differentiable
 
 from ..kernels import configs as _configs
 from ..kernels.configs import INTERPRET
-from ..kernels.launch import bind_cuda_context, exact_key, launch, launch_prepared
+from ..kernels.launch import (
+    bind_cuda_context, exact_key, finished_calls_on, forced, forcing_active, launch, launch_prepared, recording,
+    spoil_recording,
+)
 from ..kernels.tuning_cache import TUNING_CACHE
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -400,6 +403,75 @@ def _exact_items(named) -> tuple:
     return tuple((name, exact_key(value)) for name, value in named.items()) if named else ()
 
 
+# Ops replay their repeated calls' launches (``CallPlans``); False sends every call down its
+# usual path (benchmarks/geglu_store_host.py times both in one process).
+CALL_PLANS = True
+
+
+class CallPlans:
+    """The launches of an op's repeated calls, replayed without the work that leads to them.
+
+    A training loop calls an op with the same tensors step after step: the same parameters,
+    and activations that the caching allocator hands out at the same addresses. Where what a
+    call launches follows from a key the op builds from its own arguments (``exact_key`` of
+    each tensor, the outputs it allocated included, and every value), ``launch(key)`` replays
+    the finished calls (kernels/launch.py) that an earlier call of that key filed inside
+    ``filing(key)``, and returns True; else it returns False and the op takes its usual path.
+    A replay skips the layout checks, the views, the form and config lookups and the memo keys
+    of the launches themselves. On an H200 GEGLU's forward launch (``_launch_fwd``) took 119 us
+    of a store-mode training step's host time at 256 tokens (wrapped timers), for one kernel
+    whose finished call was filed already; with plans for it and for the dh stream, the step
+    took 0.71-0.85x the host time and its plain call at 4096 tokens 0.67-0.81x, plans on
+    against off in one process (benchmarks/geglu_store_host.py; benchmarks/NOTES.md, "Call
+    plans").
+
+    A plan is filed only where every launch in the block was a finished call (noted by
+    ``kernels.launch.recording``) and there were as many as expected: not where a form was
+    timed (its timing runs launch too) or a choice was the rule of one call (inside a CUDA
+    graph capture: ``FastestForm``), nor inside a block that forces a config or a form, where
+    no plan is replayed either. Choices once made (a form timed, a config tuned) stand for the
+    process, so the key need not hold them. Kept per device, cleared when ``size`` are filed;
+    ``clear_call_plans`` drops every op's (the tests, between tests that patch the op layer)."""
+
+    instances = []
+
+    def __init__(self, size: int = 256):
+        self.size = size
+        self.plans = {}
+        CallPlans.instances.append(self)
+
+    def launch(self, key) -> bool:
+        """Replay the launches filed under ``key`` on the current stream; whether there were any."""
+        if not CALL_PLANS or forcing_active() or not finished_calls_on():
+            return False
+        device = torch.cuda.current_device()
+        calls = self.plans.get((device, key))
+        if calls is None:
+            return False
+        bind_cuda_context()
+        stream = torch._C._cuda_getCurrentRawStream(device)
+        for call in calls:
+            call(stream)
+        return True
+
+    @contextlib.contextmanager
+    def filing(self, key, launches: int = 1):
+        """File the block's launches under ``key`` where they were ``launches`` finished calls."""
+        with recording() as calls:
+            yield
+        if (CALL_PLANS and len(calls) == launches and None not in calls and not forcing_active()
+                and finished_calls_on()):
+            if len(self.plans) >= self.size:
+                self.plans.clear()
+            self.plans[torch.cuda.current_device(), key] = tuple(calls)
+
+
+def clear_call_plans() -> None:
+    """Drop the call plans of every op (``CallPlans``)."""
+    for plans in CallPlans.instances:
+        plans.plans.clear()
+
+
 def _cuda_times(forms: dict, block_ms: float = 60.0, passes: int = 2) -> dict:
     """Milliseconds of one launch of each form (a callable) on the current stream, timed as
     the benchmarks time them (bench/harness.py, Triton's do_bench): each launch CUDA-event
@@ -488,7 +560,8 @@ class FastestForm:
         names offered), untimed: the GPU tests check each form this way."""
         self._forced = name
         try:
-            yield
+            with forced():
+                yield
         finally:
             self._forced = None
 
@@ -517,9 +590,11 @@ class FastestForm:
             chosen = self.chosen[key] = filed["chosen"]
             return chosen
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            spoil_recording()  # the rule for this call only: a call plan must not keep it
             return rule
         times = self.timer({name: functools.partial(launch, name) for name in names})
         if not times:  # nothing timed (no memory to spare): the rule, this call only
+            spoil_recording()
             return rule
         self.times[key] = times
         chosen = self.chosen[key] = min(times, key=times.get)

@@ -87,11 +87,13 @@ from ._common import (
     autotune_m_key,
     backward_row_chunks,
     call_autocast,
+    CallPlans,
     cdiv,
     check_bool,
     check_linear_inputs,
     contiguous_bias,
     dot_meta,
+    exact_key,
     FastestForm,
     gemms_on_cublas,
     grad_needed,
@@ -123,6 +125,8 @@ _stream_launchers = {
     case: Launcher(glu_bwd_stream_kernel, configs, key=["OUT", "HAS_BIAS", "ACT", "STORE_Z"], fixed=_BWD_FIXED)
     for case, configs in GLU_STREAM_CONFIGS.items()
 }
+# the forward's launch and the store-mode stream, replayed by a training loop's repeated calls
+_fwd_plans, _stream_plans = CallPlans(), CallPlans()
 
 # The GLU forward on compute capability 9.0 has four forms that write the same y (and h):
 # the alternating ping-pong kernel (two consumers on alternate tiles, one's epilogue beside
@@ -211,6 +215,10 @@ def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
     h = torch.empty((m, 2 * out) if store_h else (0,), dtype=x.dtype, device=x.device)
     if m == 0 or out == 0:
         return y, h
+    plan = (exact_key(x), exact_key(w1), exact_key(w2), exact_key(b1), exact_key(b2), y.data_ptr(), h.data_ptr(),
+            act, store_h)
+    if _fwd_plans.launch(plan):  # a training loop's repeated call (CallPlans)
+        return y, h
     h_halves = (h[:, :out], h[:, out:]) if store_h else ()
     common = dict(M=m, OUT=out, K=k, M_KEY=autotune_m_key(m), ACT=act, HAS_BIAS=b1 is not None, STORE_H=store_h)
     if tma_eligible(x, y, w1, w2, *h_halves):
@@ -232,7 +240,8 @@ def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
         # the H200's rule (configs.py) for where nothing is timed
         rule = "cooperative" if not store_h and k >= GLU_COOPERATIVE_MIN_K else "alternating"
         key = (x.device.index, x.dtype, common["M_KEY"], out, k, act, b1 is not None, store_h)
-        glu_forward_form.run(key, GLU_FORWARD_FORMS if pingpong_device(x) else ("tma",), rule, launch)
+        with _fwd_plans.filing(plan):
+            glu_forward_form.run(key, GLU_FORWARD_FORMS if pingpong_device(x) else ("tma",), rule, launch)
         return y, h
     grid = lambda meta: (cdiv(m, meta["BLOCK_M"]) * cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
     _fwd_launcher.launch(
@@ -292,13 +301,18 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
                 )
                 return dh, db_partial, z
             g = g @ wd if g_scratch is None else torch.mm(g, wd, out=g_scratch)
-        _stream_launchers[has_bias, dh.data_ptr() == h.data_ptr()].launch(  # written over h or not
-            grid, g, h, dh, z if store_z else dh, db_partial if has_bias else dh,
-            M=m, OUT=out, stride_gm=g.stride(0), stride_gn=g.stride(1), stride_hm=h.stride(0),
-            stride_dhm=dh.stride(0), stride_zm=z.stride(0) if store_z else 0,
-            ACT=act, HAS_BIAS=has_bias, STORE_Z=store_z, X2_FIRST=x2_first, ACC_DTYPE=acc_dtypes(x.dtype)[0],
-            dtype=x.dtype,
-        )
+        # everything the stream's arguments come from: its key as a call plan and as a memo
+        plan = (exact_key(g), exact_key(h), exact_key(dh), exact_key(z), db_partial.data_ptr(), out, act, has_bias,
+                store_z, x2_first)
+        if not _stream_plans.launch(plan):
+            with _stream_plans.filing(plan):
+                _stream_launchers[has_bias, dh.data_ptr() == h.data_ptr()].launch(  # written over h or not
+                    grid, g, h, dh, z if store_z else dh, db_partial if has_bias else dh,
+                    M=m, OUT=out, stride_gm=g.stride(0), stride_gn=g.stride(1), stride_hm=h.stride(0),
+                    stride_dhm=dh.stride(0), stride_zm=z.stride(0) if store_z else 0,
+                    ACT=act, HAS_BIAS=has_bias, STORE_Z=store_z, X2_FIRST=x2_first,
+                    ACC_DTYPE=acc_dtypes(x.dtype)[0], dtype=x.dtype, memo=plan,
+                )
         return dh, _db_of(db_partial, has_bias), z
     # the recompute kernels: g read, no z (the rest took the kept-h path above)
     dh_halves = dh_halves_of(dh, out, x2_first)
@@ -455,22 +469,26 @@ def _backward(grad_y, x, weight, bias, h, act, needs, traced, in_place=False):
     by_columns, chunks = _dh_chunks(m, out, row_bytes, h is None)
     if by_columns:
         return _backward_by_columns(grad_y, x, weight, bias, act, needs, traced, chunks)
-    grad_x = x.new_empty(x.shape) if needs_x else None
+    whole = len(chunks) == 1  # one piece: no row views (each costs host time in a small step)
+    grad_x = x.new_empty(x.shape) if needs_x and not whole else None
     grad_w = db = None
     for start, stop in chunks:
         rows = slice(start, stop)
+        g_rows, x_rows, h_rows = (grad_y, x, h) if whole else (grad_y[rows], x[rows], None if h is None else h[rows])
         if in_place:
-            dh, db_rows, _ = glu_backward_dh_impl(grad_y[rows], x[rows], *_halves(weight, out), *_halves(bias, out),
-                                                  h[rows], act, in_place=True)
+            dh, db_rows, _ = glu_backward_dh_impl(g_rows, x_rows, *_halves(weight, out), *_halves(bias, out),
+                                                  h_rows, act, in_place=True)
         else:
             dh, db_rows, _ = glu_backward_dh(traced)(
-                grad_y[rows], x[rows], *_halves(weight, out), *_halves(bias, out),
-                None if h is None else h[rows], act, None, False,
+                g_rows, x_rows, *_halves(weight, out), *_halves(bias, out), h_rows, act, None, False,
             )
         if needs_x:
-            torch.mm(dh, weight, out=grad_x[rows])
+            if whole:
+                grad_x = torch.mm(dh, weight)
+            else:
+                torch.mm(dh, weight, out=grad_x[rows])
         if needs_w:  # one packed [2*out, in] tensor, accumulated over the chunks in a fixed order
-            grad_w = dh.t() @ x[rows] if grad_w is None else grad_w.addmm_(dh.t(), x[rows])
+            grad_w = dh.t() @ x_rows if grad_w is None else grad_w.addmm_(dh.t(), x_rows)
         if bias is not None:  # summed in fp32 (fp64) across chunks, rounded once
             db = db_rows if db is None else db + db_rows
         del dh  # before the next chunk allocates its own: one dh alive at a time
