@@ -34,6 +34,10 @@ recompute mode splits the output's columns instead (``_dh_chunks``): a chunk of 
 [c0, c1) is the GLU of weight rows c0:c1 and out+c0:out+c1, so its dh comes from x alone,
 its dW rows are written whole, and dx adds its two products (one rounding per product).
 
+A training loop's repeated calls (the same tensors, as the caching allocator hands them out
+step after step) replay the forward's launch and the store mode's dh stream from call plans
+(ops/_common.py ``CallPlans``), skipping the host work before them.
+
 fp32 at PyTorch's "highest" matmul precision and fp64 on a GPU (``gemms_on_cublas``): the
 products are cuBLAS's (h = x @ W.T + b, one product over a packed weight), y the GLU of h
 as elementwise passes, and the recompute backward forms h the same way and streams dh over
