@@ -529,9 +529,6 @@ def test_call_plans_file_and_replay_finished_calls(monkeypatch):
 
     compiled = _PointerKernel()
     fast, misses, run = _recorded_cache(monkeypatch, _toy_tuples, compiled, {"N_TILE": 16}, 77)
-    monkeypatch.setattr(launch_mod, "INTERPRET", False)  # no context to bind on a CPU machine
-    monkeypatch.setattr(common, "bind_cuda_context", lambda: None)
-    monkeypatch.setattr(launch_mod, "bind_cuda_context", lambda: None)
     kernel = fast.kernel
     kernel._fusedmlp_fast = fast
     x, a, b = torch.empty(64), torch.empty(32), torch.empty(16)

@@ -174,8 +174,19 @@ def forcing_active() -> bool:
 
 def finished_calls_on() -> bool:
     """Whether finished calls may be launched again now: cached launches and finished calls
-    on, the interpreter off, no launch hook installed."""
-    return FAST_LAUNCH and FINISHED_CALLS and not INTERPRET and not _hooks_installed()
+    on (FAST_LAUNCH is off under the interpreter), no launch hook installed."""
+    return FAST_LAUNCH and FINISHED_CALLS and not _hooks_installed()
+
+
+def replay(calls, device: int) -> None:
+    """Launch ``calls`` (finished calls) in order on ``device``'s current stream, its context
+    bound to this thread first; each is noted in an open ``recording``."""
+    if not INTERPRET:  # (the tests turn the cache on under the interpreter)
+        bind_cuda_context()
+    stream = torch._C._cuda_getCurrentRawStream(device)
+    for call in calls:
+        call(stream)
+        _note(call)
 
 
 def bind_cuda_context() -> None:
@@ -453,10 +464,7 @@ class FastLaunch:
             return False
         if finished is None or _hooks_installed():
             return False
-        if not INTERPRET:  # (the tests turn the cache on under the interpreter)
-            bind_cuda_context()
-        finished(torch._C._cuda_getCurrentRawStream(device))
-        _note(finished)
+        replay((finished,), device)
         self.hits += 1
         return True
 

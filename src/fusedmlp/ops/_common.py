@@ -16,7 +16,7 @@ from ..kernels import configs as _configs
 from ..kernels.configs import INTERPRET
 from ..kernels.launch import (
     bind_cuda_context, exact_key, finished_calls_on, forced, forcing_active, launch, launch_prepared, recording,
-    spoil_recording,
+    replay, spoil_recording,
 )
 from ..kernels.tuning_cache import TUNING_CACHE
 
@@ -448,10 +448,7 @@ class CallPlans:
         calls = self.plans.get((device, key))
         if calls is None:
             return False
-        bind_cuda_context()
-        stream = torch._C._cuda_getCurrentRawStream(device)
-        for call in calls:
-            call(stream)
+        replay(calls, device)
         return True
 
     @contextlib.contextmanager
