@@ -751,6 +751,30 @@ def test_finished_calls_are_launched_again_under_their_memo_key(monkeypatch):
     assert len(compiled.calls) == 3 and not launch_mod.launch_prepared(kernel, unhashable)
 
 
+@pytest.mark.parametrize("blocks_only", [True, False], ids=["block-shape-hook", "other-hook"])
+def test_finished_calls_with_a_config_pre_hook(monkeypatch, blocks_only):
+    """On any machine: a config's pre-hook that only gives descriptors their block shapes (the
+    TMA configs' ``_set_descriptor_blocks``) is skipped on the direct path, so a hit files its
+    finished call under its memo key; any other pre-hook runs on every launch, and nothing is
+    filed (a replay would skip it)."""
+    compiled = _DescriptorKernel()
+    fast, misses, run = _recorded_cache(monkeypatch, _toy_desc, compiled, {"N_TILE": 16}, 77)
+    _recording_expansion(monkeypatch)
+    hooked = []
+    fast.pre_hook, fast.pre_hook_sets_descriptor_blocks = (lambda named: hooked.append(1)), blocks_only
+    kernel = fast.kernel
+    kernel._fusedmlp_fast = fast
+    x, y = torch.empty(64, 32), torch.empty(64)
+    memo = (launch_mod.exact_key(x), launch_mod.exact_key(y))
+    with launch_mod.recording() as noted:
+        for _ in range(2):  # Triton's path, then a cached launch
+            fast.call(run, (4,), (), dict(x_desc=x, y_ptr=y, n=64), memo=memo)
+    assert len(misses) == 1 and len(compiled.calls) == 1
+    assert noted[0] is None and (noted[1] is not None) == blocks_only
+    assert launch_mod.launch_prepared(kernel, memo) == blocks_only
+    assert len(hooked) == (0 if blocks_only else 1)
+
+
 def _toy_pingpong(x_desc, y_ptr, count, N_TILE: tl.constexpr):
     pass
 

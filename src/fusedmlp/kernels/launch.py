@@ -43,7 +43,9 @@ The callers ask for it before they build the arguments, so a training loop's rep
 skip that work, the lookup of the compiled kernel and the descriptors' table:
 ``launch_pingpong`` (ops/_common.py) keys every launch so, and the whole-MLP op (ops/mlp.py)
 each of its kernels. A pointer kernel (no descriptor) has Triton's C launcher as its direct
-launcher; its hits take it only when they file a call.
+launcher; its hits take it only when they file a call. A config's pre-hook runs on every
+launch, so a launch that has one files nothing, unless all the hook does is give descriptors
+their block shapes (the TMA configs'), which the direct path does itself.
 
 An op may go one step further for a whole call (ops/_common.py ``CallPlans``): inside
 ``recording()`` every launch of the thread is noted in order, as its finished call where it
@@ -418,7 +420,9 @@ class FastLaunch:
                 self.cache[key] = (compiled, dict(meta), _DirectLaunch.of(compiled))
             return compiled, meta
         compiled, meta, direct = entry
-        files = memo is not None and FINISHED_CALLS and self.pre_hook is None  # a pre-hook runs on every launch
+        # a pre-hook runs on every launch, but one that only gives descriptors their block shapes
+        # is skipped on the direct path, whose finished call then is the whole launch
+        files = memo is not None and FINISHED_CALLS and (self.pre_hook is None or self.pre_hook_sets_descriptor_blocks)
         # a pointer kernel's hit takes the C launcher only to be filed (its tensors as addresses,
         # which spares later launches a data_ptr() call and a driver query per tensor): built
         # on every hit, that call took 0.93-1.47x compiled.run's host time for the MLP's
