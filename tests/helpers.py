@@ -160,6 +160,49 @@ def check_replayed_step(forward, reference, make_inputs, dtype=torch.bfloat16, w
     check_replay(graph, outputs, reference, leaves, gy, dtype, what)
 
 
+def check_repeated_steps(forward, reference, make_inputs, dtype=torch.bfloat16, what="", least=4):
+    """A training loop's plain steps of ``forward(*leaves)`` on the same tensors, fresh values
+    copied into them each step (9 steps over 5 sets of values): every step's output and every
+    gradient against ``reference`` in float64 on that step's values, and every call plan that
+    the steps filed (ops/_common.py ``CallPlans``) replayed in at least ``least`` of the 8
+    steps after the first. The reference runs on the CPU, so that no GPU allocation but the
+    steps' own moves the addresses that the caching allocator hands out (it may still take a
+    step or two to settle, and alternate a transient between two addresses). ``make_inputs()``
+    -> (float64 masters, g64) on the GPU; a master that requires grad gets a gradient.
+    Returns {plans' owner: steps replayed}, the owner named by the op module's attribute."""
+    from fusedmlp.ops._common import CallPlans
+
+    sets = [make_inputs() for _ in range(5)]  # allocated before the steps
+    leaves = [t.detach().to(dtype).requires_grad_(t.requires_grad) for t in sets[0][0]]
+    gy = sets[0][1].to(dtype)
+    replayed = {id(plans): 0 for plans in CallPlans.instances}
+    for step, (masters, g64) in enumerate(sets + sets[1:]):
+        with torch.no_grad():
+            for leaf, master in zip(leaves + [gy], list(masters) + [g64]):
+                leaf.copy_(master)
+                leaf.grad = None
+        hits = [plans.hits for plans in CallPlans.instances]
+        y = forward(*leaves)
+        y.backward(gy)
+        for plans, before in zip(CallPlans.instances, hits):
+            replayed[id(plans)] += step > 0 and plans.hits > before
+        inputs64 = [t.detach().cpu().double().requires_grad_(t.requires_grad) for t in leaves]
+        y64 = reference(*inputs64)
+        y64.backward(gy.cpu().double())
+        assert_close(y.detach().cpu(), y64.detach(), dtype, f"{what} step {step} output")
+        for index, (leaf, leaf64) in enumerate(zip(leaves, inputs64)):
+            if leaf64.requires_grad:
+                assert_close(leaf.grad.cpu(), leaf64.grad, dtype, f"{what} step {step} grad of input {index}")
+        del y
+    names = {id(value): f"{module.__name__}.{name}" for module in list(sys.modules.values())
+             if getattr(module, "__name__", "").startswith("fusedmlp.ops.")
+             for name, value in vars(module).items() if isinstance(value, CallPlans)}
+    filed = {names.get(id(plans), repr(plans)): replayed[id(plans)] for plans in CallPlans.instances if plans.plans}
+    assert filed, f"{what}: no call plan filed"
+    assert all(count >= least for count in filed.values()), (what, filed)
+    return filed
+
+
 def check_replay(graph, outputs, reference, leaves, gy, dtype, what=""):
     """``graph`` replayed: its ``outputs`` (the output, then the gradients of the leaves that
     require one) against ``reference`` in float64 on the values now in ``leaves`` and ``gy``."""

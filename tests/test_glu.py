@@ -544,20 +544,21 @@ def test_every_forward_form_on_gpu(monkeypatch, dtype):
 @pytest.mark.parametrize("recompute", [True, False], ids=["recompute", "store"])
 def test_repeated_steps_replay_call_plans_on_gpu(monkeypatch, recompute):
     """A training loop's steps on the same tensors, new values written into them each step:
-    the later steps replay the forward's launch (both modes) and the store mode's dh stream
-    from call plans (ops/_common.py ``CallPlans``: the forward's ping-pong kernel is not
-    launched through ``launch_pingpong``, nor the stream through its launcher) wherever their
-    tensors lie where an earlier step's did, and every step's output and gradients match
-    float64 on that step's values. An input at another address takes the usual path again."""
+    the later steps replay the forward's launch and the dh kernel's (the recompute mode's
+    ping-pong kernel, the store mode's stream) from call plans (ops/_common.py ``CallPlans``:
+    those kernels are not launched through ``launch_pingpong``, nor the stream through its
+    launcher) wherever their tensors lie where an earlier step's did, and every step's output
+    and gradients match float64 on that step's values. An input at another address takes the
+    usual path again."""
     import fusedmlp.ops.glu as glu_ops
 
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the call plans hold the ping-pong forward's launch (compute capability 9.0)")
     launched = []
     real_pingpong = glu_ops.launch_pingpong
+    names = {glu_ops.glu_fwd_pingpong_kernel: "forward", glu_ops.glu_bwd_dh_recompute_pingpong_kernel: "dh"}
     monkeypatch.setattr(glu_ops, "launch_pingpong", lambda kernel, *args, **kwargs: (
-        launched.append("forward") if kernel is glu_ops.glu_fwd_pingpong_kernel else None)
-        or real_pingpong(kernel, *args, **kwargs))
+        launched.append(names[kernel]) if kernel in names else None) or real_pingpong(kernel, *args, **kwargs))
     for launcher in glu_ops._stream_launchers.values():
         monkeypatch.setattr(launcher, "launch", lambda *args, real=launcher.launch, **kwargs: (
             launched.append("stream") or real(*args, **kwargs)))
@@ -581,10 +582,10 @@ def test_repeated_steps_replay_call_plans_on_gpu(monkeypatch, recompute):
         for name, leaf, ref in zip(("dx", "dW", "db"), leaves, ref_grads):
             assert_close(leaf.grad.cpu(), ref, dtype, f"step {step} {name}")
         del y
-    assert per_step[0] == ["forward"] + ([] if recompute else ["stream"]), per_step
+    assert per_step[0] == ["forward", "dh" if recompute else "stream"], per_step
     # replayed from the second step on wherever the caching allocator handed out the addresses
     # of a step before (it may take a few steps to settle, and alternate between two)
-    for kernel in ("forward",) + (() if recompute else ("stream",)):
+    for kernel in ("forward", "dh" if recompute else "stream"):
         assert sum(kernel not in launches for launches in per_step[1:]) >= 4, (kernel, per_step)
     launched.clear()
     other = leaves[0].detach().clone().requires_grad_()

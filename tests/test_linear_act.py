@@ -5,8 +5,8 @@ import torch
 import triton
 from helpers import (
     TOLERANCE, assert_close, backward_peak_bytes, check_against_float64, check_backward_twice, check_inference_forward,
-    check_replayed_step, compile_pingpong_for_hopper, every_other, first_store_backward_errors, forcing_tma_config,
-    fp32_matmul_precision, rel_err,
+    check_repeated_steps, check_replayed_step, compile_pingpong_for_hopper, every_other, first_store_backward_errors,
+    forcing_tma_config, fp32_matmul_precision, rel_err,
     recording_launches, recording_pingpong_launches,
 )
 from torch import nn
@@ -135,6 +135,24 @@ def test_step_replayed_from_a_cuda_graph(save_preact):
     check_replayed_step(lambda x, w, b: fusedmlp.linear_act(x, w, b, "gelu_tanh", save_preact),
                         lambda x, w, b: linear_act_reference(x, w, b, "gelu_tanh"),
                         lambda: make_inputs((2, 3000), 512, 1792, "cuda"), what=f"save_preact={save_preact}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation,save_preact,kernels", [
+    ("gelu_tanh", False, ("_fwd_plans", "_dpre_recompute_plans")),  # dpre with pre recomputed on the tile
+    ("gelu_tanh", True, ("_fwd_plans", "_stream_plans")),  # the stream written over the saved pre
+    ("relu", False, ("_fwd_plans", "_stream_plans")),  # the stream from the saved output
+], ids=["recompute", "pre-saved", "from-output"])
+def test_repeated_steps_replay_call_plans_on_gpu(activation, save_preact, kernels):
+    """A training loop's plain steps on the same tensors: every step against float64, and the
+    later steps replay the forward's launch and the dpre kernel's from call plans
+    (ops/_common.py ``CallPlans``)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the forward's plan holds a Hopper form's launch (compute capability 9.0)")
+    replayed = check_repeated_steps(lambda x, w, b: fusedmlp.linear_act(x, w, b, activation, save_preact),
+                                    lambda x, w, b: linear_act_reference(x, w, b, activation),
+                                    lambda: make_inputs((300,), 256, 192, "cuda"), what=activation)
+    assert {f"fusedmlp.ops.linear_act.{name}" for name in kernels} <= set(replayed), replayed
 
 
 @pytest.mark.gpu

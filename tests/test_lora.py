@@ -6,7 +6,8 @@ import copy
 import pytest
 import torch
 from helpers import (
-    assert_close, check_against_float64, check_backward_twice, check_inference_forward, check_replayed_step,
+    assert_close, check_against_float64, check_backward_twice, check_inference_forward, check_repeated_steps,
+    check_replayed_step,
     compile_pingpong_for_hopper, eager_bound, every_other, fp32_matmul_precision, recording_launches,
     recording_module_launches, recording_pingpong_launches, rel_err,
 )
@@ -330,7 +331,7 @@ def test_forms_beyond_the_pingpong_width_on_gpu(monkeypatch, activation, save_pr
     kernel. With autotuning on, a shape's first call times both forms and keeps the faster."""
     import fusedmlp.kernels.configs as configs
     import fusedmlp.ops.lora as ops
-    from fusedmlp.ops._common import FastestForm
+    from fusedmlp.ops._common import FastestForm, clear_call_plans
 
     kernels = recording_pingpong_launches(monkeypatch, ops)
     monkeypatch.setattr(ops, "IN_LOOP_MAX_MACS", 0)  # xs from cuBLAS at every size
@@ -349,6 +350,7 @@ def test_forms_beyond_the_pingpong_width_on_gpu(monkeypatch, activation, save_pr
     monkeypatch.setattr(configs, "AUTOTUNE", True)
     chooser = FastestForm()
     monkeypatch.setattr(ops, "lora_forward_form", chooser)
+    clear_call_plans()  # the rule's call above filed a plan for these tensors, which would skip the timing
     run_check(tensors, g, torch.bfloat16, activation, scale=2.0, save_preact=save_preact, what="timed")
     (key, times), = chooser.times.items()
     assert set(times) == set(ops.LORA_FORWARD_FORMS) and chooser.chosen[key] == min(times, key=times.get)
@@ -364,6 +366,23 @@ def test_step_replayed_from_a_cuda_graph(rows, r):
     check_replayed_step(lambda *ts: fusedmlp.lora_linear(*ts, 2.0, "gelu_tanh"),
                         lambda *ts: rounded_reference(torch.bfloat16)(*ts, 2.0, "gelu_tanh"),
                         lambda: make_inputs((rows,), 1024, 1024, r, "cuda"), what=f"{rows} rows, r={r}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows,r,activation", [(8192, 16, "gelu_tanh"), (8192, 16, None), (600, 64, "gelu_tanh")],
+                         ids=["rank-in-loop", "identity", "rank-from-cublas"])
+def test_repeated_steps_replay_call_plans_on_gpu(rows, r, activation):
+    """A training loop's plain steps on the same tensors (W frozen): every step against
+    float64, and the later steps replay the forward's launch from a call plan (ops/_common.py
+    ``CallPlans``; the form's own plan), and every other launch that the steps filed a plan for
+    (the dgrad kernel's, linear_act's dpre stream)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the forward's plan holds a Hopper form's launch (compute capability 9.0)")
+    replayed = check_repeated_steps(lambda *ts: fusedmlp.lora_linear(*ts, 2.0, activation),
+                                    lambda *ts: rounded_reference(torch.bfloat16)(*ts, 2.0, activation),
+                                    lambda: make_inputs((rows,), 256, 192, r, "cuda"), what=f"{rows} rows, r={r}")
+    forward = {f"fusedmlp.ops.lora.{name}" for name in ("_fwd_plans", "_onchip_plans", "_handoff_plans")}
+    assert forward & set(replayed), replayed
 
 
 @pytest.mark.parametrize("rows,d_out", [(111, 24), (9, 40)], ids=["merged-weight", "fewer-rows-than-outputs"])

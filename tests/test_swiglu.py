@@ -4,7 +4,8 @@ import pytest
 import torch
 from helpers import (
     TOLERANCE, assert_close, backward_peak_bytes, check_against_float64, check_backward_twice,
-    check_inference_forward, check_replayed_step, first_store_backward_errors, fp32_matmul_precision,
+    check_inference_forward, check_repeated_steps, check_replayed_step, first_store_backward_errors,
+    fp32_matmul_precision,
     recording_launches, recording_pingpong_launches, rel_err,
 )
 
@@ -399,6 +400,20 @@ def test_step_replayed_from_a_cuda_graph(recompute):
     output and every gradient against float64."""
     check_replayed_step(lambda *ts: fusedmlp.swiglu(*ts, recompute=recompute), swiglu_reference,
                         lambda: make_inputs((2, 300), 512, 1792, "cuda"), what=f"recompute={recompute}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recompute", [False, True], ids=["store", "recompute"])
+def test_repeated_steps_replay_call_plans_on_gpu(recompute):
+    """A training loop's plain steps on the same tensors: every step against float64, and the
+    later steps replay the forward's launch, the dh kernel's (g formed on the tile) and the
+    input gradient's from call plans (ops/_common.py ``CallPlans``)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the plans hold ping-pong launches (compute capability 9.0)")
+    replayed = check_repeated_steps(lambda *ts: fusedmlp.swiglu(*ts, recompute=recompute), swiglu_reference,
+                                    lambda: make_inputs((300,), 256, 192, "cuda"), what=f"recompute={recompute}")
+    want = {"fusedmlp.ops.glu._fwd_plans", "fusedmlp.ops.glu._dh_tile_plans", "fusedmlp.ops.swiglu._dx_plans"}
+    assert want <= set(replayed), replayed
 
 
 def test_inference_forward_keeps_no_h(device, monkeypatch):

@@ -423,7 +423,10 @@ class CallPlans:
     whose finished call was filed already; with plans for it and for the dh stream, the step
     took 0.71-0.85x the host time and its plain call at 4096 tokens 0.67-0.81x, plans on
     against off in one process (benchmarks/geglu_store_host.py; benchmarks/NOTES.md, "Call
-    plans").
+    plans"). The same held for the other ops' plans (SwiGLU's dh and dx kernels, linear_act's
+    forward and dpre kernels, LoRA's forward forms and dgrad kernel): a plain step's host time
+    0.73-0.84x at 256 tokens, 0.66-0.90x its plain time at 4096-16384 (benchmarks/
+    call_plans_host.py; NOTES.md, "Call plans for every op's launches").
 
     A plan is filed only where every launch in the block was a finished call (noted by
     ``kernels.launch.recording``) and there were as many as expected: not where a form was
@@ -431,13 +434,15 @@ class CallPlans:
     graph capture: ``FastestForm``), nor inside a block that forces a config or a form, where
     no plan is replayed either. Choices once made (a form timed, a config tuned) stand for the
     process, so the key need not hold them. Kept per device, cleared when ``size`` are filed;
-    ``clear_call_plans`` drops every op's (the tests, between tests that patch the op layer)."""
+    ``clear_call_plans`` drops every op's (the tests, between tests that patch the op layer).
+    ``hits`` counts the replays."""
 
     instances = []
 
     def __init__(self, size: int = 256):
         self.size = size
         self.plans = {}
+        self.hits = 0
         CallPlans.instances.append(self)
 
     def launch(self, key) -> bool:
@@ -449,7 +454,14 @@ class CallPlans:
         if calls is None:
             return False
         replay(calls, device)
+        self.hits += 1
         return True
+
+    def run(self, key, launcher, launches: int = 1) -> None:
+        """Replay ``key``'s plan, or call ``launcher()`` and file its launches under ``key``."""
+        if not self.launch(key):
+            with self.filing(key, launches):
+                launcher()
 
     @contextlib.contextmanager
     def filing(self, key, launches: int = 1):

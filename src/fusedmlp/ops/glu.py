@@ -35,7 +35,8 @@ recompute mode splits the output's columns instead (``_dh_chunks``): a chunk of 
 its dW rows are written whole, and dx adds its two products (one rounding per product).
 
 A training loop's repeated calls (the same tensors, as the caching allocator hands them out
-step after step) replay the forward's launch and the store mode's dh stream from call plans
+step after step) replay the forward's launch and the dh kernels' (the store mode's stream,
+the dh kernel that forms g on its tile, the recomputing dh kernel) from call plans
 (ops/_common.py ``CallPlans``), skipping the host work before them.
 
 fp32 at PyTorch's "highest" matmul precision and fp64 on a GPU (``gemms_on_cublas``): the
@@ -129,8 +130,9 @@ _stream_launchers = {
     case: Launcher(glu_bwd_stream_kernel, configs, key=["OUT", "HAS_BIAS", "ACT", "STORE_Z"], fixed=_BWD_FIXED)
     for case, configs in GLU_STREAM_CONFIGS.items()
 }
-# the forward's launch and the store-mode stream, replayed by a training loop's repeated calls
-_fwd_plans, _stream_plans = CallPlans(), CallPlans()
+# the forward's launch and the dh kernels' (the store-mode stream, the store mode's dh with g
+# formed on the tile, the recomputing dh kernel), replayed by a training loop's repeated calls
+_fwd_plans, _stream_plans, _dh_tile_plans, _dh_recompute_plans = CallPlans(), CallPlans(), CallPlans(), CallPlans()
 
 # The GLU forward on compute capability 9.0 has four forms that write the same y (and h):
 # the alternating ping-pong kernel (two consumers on alternate tiles, one's epilogue beside
@@ -233,7 +235,7 @@ def _launch_fwd(x, w1, w2, b1, b2, act, store_h):
             if form == "tma":
                 return _fwd_tma_launcher.launch(
                     persistent_grid(num_sms(x), m, out), x_desc=x, w1_desc=w1, w2_desc=w2, b1_ptr=b1_ptr,
-                    b2_ptr=b2_ptr, y_desc=y, h1_desc=h1, h2_desc=h2, **common, **dot_meta(x.dtype),
+                    b2_ptr=b2_ptr, y_desc=y, h1_desc=h1, h2_desc=h2, **common, **dot_meta(x.dtype), memo=plan,
                 )
             return launch_pingpong(
                 glu_fwd_pingpong_kernel, GLU_FORWARD_PINGPONG_FORMS[form], m, out, num_sms(x),
@@ -291,18 +293,23 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
     grid = lambda meta: (cdiv(m, GLU_BWD_BLOCK_M) * cdiv(out, meta["BLOCK_N"]),)  # noqa: E731
     if h is not None:  # the store mode: a stream over g and h (g = gy @ wd on a ping-pong tile, or cuBLAS first)
         if wd is not None:
+            tile_plan = (exact_key(g), exact_key(wd), exact_key(h), exact_key(dh), exact_key(z), act, has_bias,
+                         store_z, x2_first)
+            if _dh_tile_plans.launch(tile_plan):  # (filed where g was formed on the tile)
+                return dh, db_partial, z
             dh_halves = dh_halves_of(dh, out, x2_first)
             z_or_any = z if store_z else dh_halves[0]
             narrow = g.shape[1] <= GLU_DH_PINGPONG_MAX_K  # 128 x 64 tiles of g, else 128 x 128
             on_tile = narrow or act not in GLU_DH_WIDE_STREAM_ACTIVATIONS
             if on_tile and not has_bias and pingpong_eligible(g, wd, h, *dh_halves, z_or_any):  # g formed on the tile
-                launch_pingpong(
-                    glu_bwd_dh_rotating_kernel if narrow else glu_bwd_dh_wide_pingpong_kernel,
-                    GLU_DH_ROTATING_CONFIG if narrow else GLU_DH_WIDE_PINGPONG_CONFIG,
-                    m, out, num_sms(x), {"gy_desc": g}, {},
-                    dh_kernel_descriptors(h, dh_halves, z_or_any), {"wd_desc": wd},
-                    M=m, OUT=out, KG=g.shape[1], ACT=act, STORE_Z=store_z,
-                )
+                with _dh_tile_plans.filing(tile_plan):
+                    launch_pingpong(
+                        glu_bwd_dh_rotating_kernel if narrow else glu_bwd_dh_wide_pingpong_kernel,
+                        GLU_DH_ROTATING_CONFIG if narrow else GLU_DH_WIDE_PINGPONG_CONFIG,
+                        m, out, num_sms(x), {"gy_desc": g}, {},
+                        dh_kernel_descriptors(h, dh_halves, z_or_any), {"wd_desc": wd},
+                        M=m, OUT=out, KG=g.shape[1], ACT=act, STORE_Z=store_z,
+                    )
                 return dh, db_partial, z
             g = g @ wd if g_scratch is None else torch.mm(g, wd, out=g_scratch)
         # everything the stream's arguments come from: its key as a call plan and as a memo
@@ -319,15 +326,20 @@ def _launch_bwd_dh(g, x, w1, w2, b1, b2, h, act, wd, store_z, dh=None, z=None, g
                 )
         return dh, _db_of(db_partial, has_bias), z
     # the recompute kernels: g read, no z (the rest took the kept-h path above)
+    plan = (exact_key(x), exact_key(w1), exact_key(w2), exact_key(b1), exact_key(b2), exact_key(g), exact_key(dh),
+            db_partial.data_ptr(), act, x2_first)
+    if _dh_recompute_plans.launch(plan):  # (filed where the ping-pong kernel ran)
+        return dh, _db_of(db_partial, has_bias), z
     dh_halves = dh_halves_of(dh, out, x2_first)
     if pingpong_eligible(x, w1, w2, g, *dh_halves):
-        launch_pingpong(
-            glu_bwd_dh_recompute_pingpong_kernel, GLU_DH_RECOMPUTE_PINGPONG_CONFIG, m, out, num_sms(x),
-            {"x_desc": x}, {"w1_desc": w1, "w2_desc": w2},
-            {"g_desc": g, "dh1_desc": dh_halves[0], "dh2_desc": dh_halves[1]},
-            b1_ptr=_bias_or(b1, dh), b2_ptr=_bias_or(b2, dh), db_partial_ptr=db_partial if has_bias else dh,
-            M=m, OUT=out, K=k, ACT=act, HAS_BIAS=has_bias,
-        )
+        with _dh_recompute_plans.filing(plan):
+            launch_pingpong(
+                glu_bwd_dh_recompute_pingpong_kernel, GLU_DH_RECOMPUTE_PINGPONG_CONFIG, m, out, num_sms(x),
+                {"x_desc": x}, {"w1_desc": w1, "w2_desc": w2},
+                {"g_desc": g, "dh1_desc": dh_halves[0], "dh2_desc": dh_halves[1]},
+                b1_ptr=_bias_or(b1, dh), b2_ptr=_bias_or(b2, dh), db_partial_ptr=db_partial if has_bias else dh,
+                M=m, OUT=out, K=k, ACT=act, HAS_BIAS=has_bias,
+            )
         return dh, _db_of(db_partial, has_bias), z
     common = dict(M=m, OUT=out, K=k, M_KEY=autotune_m_key(m), ACT=act, HAS_BIAS=has_bias)
     if tma_eligible(x, w1, w2, g, *dh_halves):

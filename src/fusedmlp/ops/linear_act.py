@@ -79,6 +79,7 @@ from ..kernels.linear_act import (
 from ._common import (
     acc_dtypes,
     autocast_dtype,
+    CallPlans,
     autotune_m_key,
     backward_row_chunks,
     call_autocast,
@@ -87,6 +88,7 @@ from ._common import (
     check_linear_inputs,
     contiguous_bias,
     dot_meta,
+    exact_key,
     FastestForm,
     gemms_on_cublas,
     grad_needed,
@@ -121,6 +123,9 @@ _dpre_launcher = Launcher(linear_act_dpre_kernel, LINEAR_DPRE_CONFIGS, key=_DPRE
 # written over its input: one config, never tuned (a tuner's timing runs would overwrite it first)
 _dpre_in_place_launcher = Launcher(linear_act_dpre_kernel, LINEAR_DPRE_IN_PLACE_CONFIGS, key=_DPRE_KEY,
                                    fixed=_DGRAD_FIXED)
+# a training loop's repeated calls replay their launches (ops/_common.py CallPlans): the forward's,
+# the recomputing dpre kernel's and the dpre stream's
+_fwd_plans, _dpre_recompute_plans, _stream_plans = CallPlans(), CallPlans(), CallPlans()
 # dx through the fused dgrad kernel instead of dpre stream + cuBLAS (see the module docstring)
 FUSED_DGRAD = os.environ.get("FUSEDMLP_FUSED_DGRAD", "0") not in ("", "0")
 _dgrad_tma_launcher = Launcher(linear_act_dgrad_tma_kernel, LINEAR_DGRAD_TMA_CONFIGS, key=_DGRAD_KEY,
@@ -173,6 +178,9 @@ def _launch_fwd(x, weight, bias, act, store_pre):
     common = dict(M=m, N=n, K=k, M_KEY=autotune_m_key(m), ACT=act, HAS_BIAS=bias is not None, STORE_PRE=store_pre)
     b_ptr = bias if bias is not None else y
     outputs = (y, pre) if store_pre else (y,)
+    plan = (exact_key(x), exact_key(weight), exact_key(bias), y.data_ptr(), pre.data_ptr(), act, store_pre)
+    if _fwd_plans.launch(plan):  # a training loop's repeated call
+        return y, pre
     if tma_eligible(x, weight, *outputs):
         pre_or_y = pre if store_pre else y
 
@@ -180,7 +188,7 @@ def _launch_fwd(x, weight, bias, act, store_pre):
             if form == "tma":
                 return _fwd_tma_launcher.launch(
                     persistent_grid(num_sms(x), m, n), x_desc=x, w_desc=weight, b_ptr=b_ptr, y_desc=y,
-                    pre_desc=pre_or_y, **common, **dot_meta(x.dtype),
+                    pre_desc=pre_or_y, **common, **dot_meta(x.dtype), memo=plan,
                 )
             if form == "resident":
                 return _launch_fwd_resident(x, weight, b_ptr, y, common)
@@ -188,7 +196,8 @@ def _launch_fwd(x, weight, bias, act, store_pre):
 
         key = (x.device.index, x.dtype, common["M_KEY"], n, k, act, bias is not None, store_pre)
         forms = _forward_forms(x, n, k, act, store_pre)
-        linear_forward_form.run(key, forms, "resident" if "resident" in forms else "alternating", launch)
+        _fwd_plans.run(plan, lambda: linear_forward_form.run(
+            key, forms, "resident" if "resident" in forms else "alternating", launch))
         return y, pre
     grid = lambda meta: (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
     _fwd_launcher.launch(
@@ -269,12 +278,15 @@ def _launch_backward(g, a, weight, act, from_output, has_bias, store_dpre, compu
         dx = _launch_fused_dgrad(g, a, weight, dpre_ptr, db_ptr, common)
     else:
         grid = lambda meta: (cdiv(m, LINEAR_DGRAD_BLOCK_M) * cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
-        (_dpre_in_place_launcher if in_place else _dpre_launcher).launch(
+        # everything the stream's arguments come from: its key as a call plan and as a memo
+        plan = (exact_key(g), exact_key(a), exact_key(dpre), db_partial.data_ptr(), act, from_output, has_bias,
+                store_dpre, in_place)
+        _stream_plans.run(plan, lambda: (_dpre_in_place_launcher if in_place else _dpre_launcher).launch(
             grid, g, a, dpre_ptr, db_ptr,
             stride_gm=g.stride(0), stride_gn=g.stride(1), stride_am=a.stride(0), stride_an=a.stride(1),
             stride_dpm=dpre.stride(0) if store_dpre else 0,
-            **common, IN_PLACE=in_place, ACC_DTYPE=acc_dtypes(g.dtype)[0], dtype=g.dtype,
-        )
+            **common, IN_PLACE=in_place, ACC_DTYPE=acc_dtypes(g.dtype)[0], dtype=g.dtype, memo=plan,
+        ))
         dx = torch.mm(dpre, weight) if compute_dx else g.new_empty((0,))
     # Fixed-order reduction of the per-row-block partials: same bits on every run.
     db = db_partial.sum(dim=0) if has_bias else db_partial
@@ -320,18 +332,24 @@ def recompute_dpre(x, weight, bias, g, act, has_bias):
     None where that kernel does not apply (not a 16-bit tensor on compute capability 9.0 with
     TMA layouts, or empty), and the caller recomputes pre with the forward instead."""
     m, n = g.shape
-    if m == 0 or n == 0 or x.shape[1] == 0 or not pingpong_eligible(x, weight, g):
+    if m == 0 or n == 0 or x.shape[1] == 0 or not pingpong_device(g):  # (allocating nothing; the layouts below)
         return None
     config = dpre_recompute_config(x.shape[1])
     dpre = torch.empty((m, n), dtype=g.dtype, device=g.device)
     db_partial = torch.empty((cdiv(m, config["BLOCK_M"]), n) if has_bias else (0,), dtype=torch.float32,
                              device=g.device)
-    launch_pingpong(
-        linear_act_dpre_recompute_pingpong_kernel, config, m, n, num_sms(g), {"x_desc": x}, {"w_desc": weight},
-        {"g_desc": g, "dpre_desc": dpre}, b_ptr=bias if bias is not None else g,
-        db_partial_ptr=db_partial if has_bias else g, M=m, N=n, K=x.shape[1], ACT=act, HAS_BIAS=bias is not None,
-        STORE_DB=has_bias,
-    )
+    plan = (exact_key(x), exact_key(weight), exact_key(bias), exact_key(g), dpre.data_ptr(), db_partial.data_ptr(),
+            act, has_bias)
+    if not _dpre_recompute_plans.launch(plan):  # (a plan's tensors were eligible)
+        if not pingpong_eligible(x, weight, g):
+            return None
+        with _dpre_recompute_plans.filing(plan):
+            launch_pingpong(
+                linear_act_dpre_recompute_pingpong_kernel, config, m, n, num_sms(g), {"x_desc": x},
+                {"w_desc": weight}, {"g_desc": g, "dpre_desc": dpre}, b_ptr=bias if bias is not None else g,
+                db_partial_ptr=db_partial if has_bias else g, M=m, N=n, K=x.shape[1], ACT=act,
+                HAS_BIAS=bias is not None, STORE_DB=has_bias,
+            )
     # Fixed-order reduction of the per-row-block partials: same bits on every run.
     return dpre, (db_partial.sum(dim=0) if has_bias else None)
 

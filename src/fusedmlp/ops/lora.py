@@ -133,6 +133,7 @@ from ._common import (
     autocast_dtype,
     autotune_m_key,
     call_autocast,
+    CallPlans,
     cdiv,
     check_bool,
     check_finite_number,
@@ -142,6 +143,7 @@ from ._common import (
     contiguous_bias,
     dot_meta,
     dot_width,
+    exact_key,
     FastestForm,
     fork_join,
     gemms_on_cublas,
@@ -261,6 +263,9 @@ lora_forward_form = FastestForm(fields=("device", "dtype", "m_key", "n", "k", "r
 _FWD_KEY = ["M_KEY", "N", "K", "R_PAD", "ACT", "HAS_BIAS", "STORE_PRE", "LORA_IN_LOOP"]
 _fwd_launcher = Launcher(lora_fwd_kernel, LORA_CONFIGS, key=_FWD_KEY, fp32_configs=LORA_FP32_CONFIGS)
 _fwd_tma_launcher = Launcher(lora_fwd_tma_kernel, LORA_TMA_CONFIGS, key=_FWD_KEY)
+# the forward's launch (the forms with xs given or in the loop, the on-chip and hand-off forms) and
+# the dgrad kernel's, replayed by a training loop's repeated calls (CallPlans)
+_fwd_plans, _onchip_plans, _handoff_plans, _dgrad_plans = CallPlans(), CallPlans(), CallPlans(), CallPlans()
 
 
 def lora_linear_reference(x, weight, bias, lora_a, lora_b, scale, activation=None, x_lora=None):
@@ -304,6 +309,10 @@ def _launch_fwd(x, weight, bias, lora_a, lora_b, xs_given, scale, act, store_pre
         return y, pre, xs
     if n == 0:  # no output tiles to carry the rank-r product: xs for the backward from cuBLAS
         return y, pre, (_scaled_rank_product(x, lora_a, scale) if in_loop else xs)
+    plan = (exact_key(x), exact_key(weight), exact_key(bias), exact_key(lora_a), exact_key(lora_b), exact_key(xs),
+            y.data_ptr(), pre.data_ptr(), exact_key(scale), act, store_pre, in_loop)
+    if _fwd_plans.launch(plan):  # a training loop's repeated call
+        return y, pre, xs
     scale_hi, scale_lo = _split_scale(scale)
     common = dict(M=m, N=n, K=k, R=r, M_KEY=autotune_m_key(m), SCALE_HI=scale_hi, SCALE_LO=scale_lo,
                   ACT=act, HAS_BIAS=bias is not None, STORE_PRE=store_pre, LORA_IN_LOOP=in_loop,
@@ -321,7 +330,7 @@ def _launch_fwd(x, weight, bias, lora_a, lora_b, xs_given, scale, act, store_pre
 
     pingpong = not in_loop and pingpong_eligible(x, weight, y, xs, lora_b, *((pre,) if store_pre else ()))
     if pingpong and k <= LORA_PINGPONG_MAX_K:
-        launch_pingpong_form(LINEAR_PINGPONG_CONFIG)
+        _fwd_plans.run(plan, lambda: launch_pingpong_form(LINEAR_PINGPONG_CONFIG))
         return y, pre, xs
     lora_strides = dict(stride_lbn=lora_b.stride(0), stride_lbr=lora_b.stride(1), stride_xsm=xs.stride(0))
     if tma_eligible(x, weight, y, *((lora_a,) if in_loop else ()), *((pre,) if store_pre else ())):
@@ -336,11 +345,12 @@ def _launch_fwd(x, weight, bias, lora_a, lora_b, xs_given, scale, act, store_pre
                 x_desc=x, w_desc=weight, lora_a_desc=lora_a if in_loop else x,
                 b_ptr=b_ptr, lora_b_ptr=lora_b, xs_ptr=xs, y_desc=y,
                 pre_desc=pre if store_pre else y,
-                **lora_strides, **common, **dot_meta(x.dtype),
+                **lora_strides, **common, **dot_meta(x.dtype), memo=plan,
             )
 
         key = (x.device.index, x.dtype, common["M_KEY"], n, k, r, act, bias is not None, store_pre)
-        lora_forward_form.run(key, LORA_FORWARD_FORMS if pingpong else ("tma",), "tma", launch)
+        _fwd_plans.run(plan, lambda: lora_forward_form.run(
+            key, LORA_FORWARD_FORMS if pingpong else ("tma",), "tma", launch))
         return y, pre, xs
     grid = lambda meta: (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
     _fwd_launcher.launch(
@@ -394,15 +404,21 @@ def _launch_onchip(x, weight, bias, lora_a, lora_b, scale, act, store_pre):
     block_m, block_n, block_k = (meta.pop(name) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
     sms = num_sms(x)
     segments = _onchip_segments(m, n, k, x.element_size(), sms, block_m, block_n)
+    # everything the launch's arguments come from: its key as a call plan and as a memo
+    plan = (exact_key(x), exact_key(weight), exact_key(bias), exact_key(lora_a), exact_key(lora_b), y.data_ptr(),
+            pre.data_ptr(), xs.data_ptr(), exact_key(scale), act, store_pre)
+    if _onchip_plans.launch(plan):
+        return y, pre, xs
     scale_hi, scale_lo = _split_scale(scale)
     blocks = {"x_desc": (block_m, block_k), "w_desc": (block_n, block_k), "rank_a_desc": (rank_block, block_k),
               "rank_b_desc": (block_n, rank_block), "xs_out_desc": (block_m, rank_block),
               "y_desc": (block_m, block_n), "pre_desc": (block_m, block_n)}
-    launch(lora_fwd_onchip_kernel, (min(sms, cdiv(m, block_m) * segments),),
-           x_desc=x, w_desc=weight, rank_a_desc=lora_a, rank_b_desc=lora_b,
-           b_ptr=bias if bias is not None else y, xs_out_desc=xs, y_desc=y, pre_desc=pre if store_pre else y,
-           M=m, N=n, K=k, segments=segments, SCALE_HI=scale_hi, SCALE_LO=scale_lo,
-           ACT=act, HAS_BIAS=bias is not None, STORE_PRE=store_pre, **meta, descriptor_blocks=blocks)
+    with _onchip_plans.filing(plan):
+        launch(lora_fwd_onchip_kernel, (min(sms, cdiv(m, block_m) * segments),),
+               x_desc=x, w_desc=weight, rank_a_desc=lora_a, rank_b_desc=lora_b,
+               b_ptr=bias if bias is not None else y, xs_out_desc=xs, y_desc=y, pre_desc=pre if store_pre else y,
+               M=m, N=n, K=k, segments=segments, SCALE_HI=scale_hi, SCALE_LO=scale_lo,
+               ACT=act, HAS_BIAS=bias is not None, STORE_PRE=store_pre, **meta, descriptor_blocks=blocks, memo=plan)
     return y, pre, xs
 
 
@@ -454,15 +470,21 @@ def _launch_handoff(x, weight, bias, lora_a, lora_b, scale, act, store_pre):
     meta = dict(LORA_HANDOFF_CONFIG)
     block_m, block_n, block_k = (meta.pop(name) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
     flags = torch.zeros((cdiv(m, tile_m),), dtype=torch.int32, device=x.device)  # zero at launch
+    # everything the launch's arguments come from: its key as a call plan and as a memo
+    plan = (exact_key(x), exact_key(weight), exact_key(bias), exact_key(lora_a), exact_key(lora_b), y.data_ptr(),
+            pre.data_ptr(), xs.data_ptr(), flags.data_ptr(), grid, exact_key(scale), act, store_pre)
+    if _handoff_plans.launch(plan):
+        return y, pre, xs
     scale_hi, scale_lo = _split_scale(scale)
     blocks = {"x_desc": (tile_m, block_k), "w_desc": (block_n, block_k), "rank_a_desc": (rank_block, block_k),
               "xs_desc": (tile_m, block_k), "lora_b_desc": (block_n, block_k),
               "y_desc": (block_m, block_n), "pre_desc": (block_m, block_n)}
-    launch(lora_fwd_handoff_kernel, (grid,),
-           x_desc=x, w_desc=weight, rank_a_desc=lora_a, xs_desc=xs, lora_b_desc=lora_b,
-           b_ptr=bias if bias is not None else y, xs_ptr=xs, flags_ptr=flags, y_desc=y,
-           pre_desc=pre if store_pre else y, M=m, N=n, K=k, R=r, SCALE_HI=scale_hi, SCALE_LO=scale_lo,
-           ACT=act, HAS_BIAS=bias is not None, STORE_PRE=store_pre, **meta, descriptor_blocks=blocks)
+    with _handoff_plans.filing(plan):
+        launch(lora_fwd_handoff_kernel, (grid,),
+               x_desc=x, w_desc=weight, rank_a_desc=lora_a, xs_desc=xs, lora_b_desc=lora_b,
+               b_ptr=bias if bias is not None else y, xs_ptr=xs, flags_ptr=flags, y_desc=y,
+               pre_desc=pre if store_pre else y, M=m, N=n, K=k, R=r, SCALE_HI=scale_hi, SCALE_LO=scale_lo,
+               ACT=act, HAS_BIAS=bias is not None, STORE_PRE=store_pre, **meta, descriptor_blocks=blocks, memo=plan)
     return y, pre, xs
 
 
@@ -570,8 +592,14 @@ def _dgrad_with_tail(dpre, weight, d_xa, lora_a, beside=(), xs=None):
         programs = cdiv(tiles, cdiv(tiles, programs))
     # allocated here, before any fork: the join orders the caller's stream after the kernel
     db_part = dpre.new_empty((cdiv(m, tile_m), weight.shape[0], xs.shape[1]), dtype=torch.float32) if with_db else None
+    # everything the kernel's arguments come from
+    plan = (exact_key(dpre), exact_key(weight), exact_key(d_xa), exact_key(lora_a), exact_key(xs), dx.data_ptr(),
+            None if db_part is None else db_part.data_ptr(), programs, with_db)
 
     def dgrad():
+        _dgrad_plans.run(plan, launch_dgrad)
+
+    def launch_dgrad():
         if with_db:
             launch_pingpong(lora_dgrad_db_kernel, config, m, n, programs,
                             {"a_desc": dpre, "tail_a_desc": d_xa}, {}, {"dx_desc": dx},
