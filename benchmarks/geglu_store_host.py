@@ -24,14 +24,13 @@ import argparse
 import cProfile
 import io
 import pstats
-import statistics
 import time
 
 import torch
 
-import fusedmlp.ops._common as common
 import fusedmlp.ops.glu as G
-from fusedmlp.bench.harness import host_us_per_call, median_ms, wrap_in_timer, write_record
+from call_plans_host import FIELDS as fields, step_of as suite_step_of, summary, timed_rounds
+from fusedmlp.bench.harness import wrap_in_timer, write_record
 from fusedmlp.bench.suites import glu
 
 # row -> (the suite's impl, CALL_PLANS while it runs)
@@ -43,20 +42,7 @@ PARTS = ("geglu", "_validate", "contiguous_bias", "grad_needed", "_geglu_forward
 
 
 def step_of(impl, inputs, g):
-    forward = glu._forward_fn(impl)
-    wrt = [t for t in inputs if t.requires_grad]
-    return lambda: torch.autograd.grad(forward(*inputs), wrt, g)
-
-
-def idle_us(step, count=30):
-    samples = []
-    for _ in range(count):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        step()
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - start) * 1e6)
-    return statistics.median(samples)
+    return suite_step_of(glu, impl, inputs, g)
 
 
 def parts_pass(step, calls=200):
@@ -107,29 +93,8 @@ def main():
     small = glu._make_inputs((args.d, args.small), torch.bfloat16)
     large = glu._make_inputs((args.d, args.large), torch.bfloat16)
     steps = {name: (step_of(impl, *small), step_of(impl, *large)) for name, (impl, _) in ROWS.items()}
-    for name, (small_step, large_step) in steps.items():  # compile and tune outside the rounds
-        common.CALL_PLANS = ROWS[name][1]
-        for _ in range(3):
-            small_step(), large_step()
-    torch.cuda.synchronize()
-    rounds, names = [], list(ROWS)
-    for r in range(args.rounds):
-        row = {}
-        for name in (names if r % 2 == 0 else names[::-1]):
-            common.CALL_PLANS = ROWS[name][1]
-            small_step, large_step = steps[name]
-            row[name] = {"host_us": host_us_per_call(small_step), "plain_ms": median_ms(large_step),
-                         "idle_us": idle_us(large_step)}
-        rounds.append(row)
-        cells = [f"{name} {v['host_us']:.0f} us / {v['plain_ms']:.3f} ms / {v['idle_us']:.0f} us"
-                 for name, v in row.items()]
-        print(f"round {r}: " + "; ".join(cells), flush=True)
-    common.CALL_PLANS = True
-    fields = ("host_us", "plain_ms", "idle_us")
-    medians = {name: {field: statistics.median(row[name][field] for row in rounds) for field in fields}
-               for name in names}
-    ratios = {f"{a}/{b}": {f: statistics.median(row[a][f] / row[b][f] for row in rounds) for f in fields}
-              for a, b in (("plans", "usual"), ("plans", "compile"), ("usual", "compile"))}
+    rounds = timed_rounds(steps, {name: on for name, (_, on) in ROWS.items()}, args.rounds)
+    medians, ratios = summary(rounds, (("plans", "usual"), ("plans", "compile"), ("usual", "compile")))
     record = {"d": args.d, "small": args.small, "large": args.large, "rounds": rounds, "medians": medians,
               "ratios": ratios, "device": torch.cuda.get_device_name()}
     if args.parts:
@@ -146,7 +111,7 @@ def main():
         print(f"  {name:14s} {v['host_us']:7.0f} {v['plain_ms']:8.3f} {v['idle_us']:7.0f}")
     for pair, v in ratios.items():  # the medians of the rounds' ratios
         print(f"  {pair:14s} " + " ".join(f"{v[f]:7.3f}" for f in fields))
-    write_record("geglu_store_host" + (f"_{args.tag}" if args.tag else ""), **record)
+    write_record("geglu_store_host", "geglu_store_host" + (f"_{args.tag}" if args.tag else ""), **record)
 
 
 if __name__ == "__main__":

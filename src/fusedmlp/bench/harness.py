@@ -67,12 +67,13 @@ def interleaved_us_row(calls: dict, rounds: int, **fields) -> dict:
     return {**fields, **medians, "rounds_ms": times}
 
 
-def write_record(script: str, **payload) -> None:
-    """``{"environment": ..., **payload}`` to $OUT/SCRIPT.json ($OUT defaults to .), the
-    environment's command the script's own (``python3 benchmarks/SCRIPT.py ARGS``)."""
+def write_record(script: str, file_stem: str = None, **payload) -> None:
+    """``{"environment": ..., **payload}`` to $OUT/SCRIPT.json, or $OUT/FILE_STEM.json ($OUT
+    defaults to .), the environment's command the script's own (``python3 benchmarks/SCRIPT.py
+    ARGS``)."""
     env = environment()
     env["command"] = " ".join([f"python3 benchmarks/{script}.py"] + sys.argv[1:])
-    with open(os.path.join(os.environ.get("OUT", "."), f"{script}.json"), "w") as f:
+    with open(os.path.join(os.environ.get("OUT", "."), f"{file_stem or script}.json"), "w") as f:
         json.dump({"environment": env, **payload}, f, indent=1)
 
 
