@@ -370,7 +370,7 @@ def test_step_replayed_from_a_cuda_graph(rows, r):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows,r,activation", [(8192, 16, "gelu_tanh"), (8192, 16, None), (600, 64, "gelu_tanh")],
-                         ids=["rank-in-loop", "identity", "rank-from-cublas"])
+                         ids=["r16", "r16-identity", "r64"])
 def test_repeated_steps_replay_call_plans_on_gpu(rows, r, activation):
     """A training loop's plain steps on the same tensors (W frozen): every step against
     float64, and the later steps replay the forward's launch from a call plan (ops/_common.py
