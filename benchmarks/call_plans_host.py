@@ -26,7 +26,6 @@ printed too. Writes call_plans_host_SUITE_IMPL[_TAG].json to $OUT (or /tmp).
 import argparse
 import importlib
 import statistics
-import sys
 import time
 
 import torch
@@ -90,9 +89,7 @@ def summary(rounds: list, pairs) -> tuple:
 
 def replays_per_step(step, calls=20) -> dict:
     """{plans' owner: replays per step} of every op's call plans over ``calls`` steps."""
-    owners = {id(value): f"{module.__name__.rsplit('.', 1)[1]}.{name}" for module in list(sys.modules.values())
-              if getattr(module, "__name__", "").startswith("fusedmlp.ops.")
-              for name, value in vars(module).items() if isinstance(value, common.CallPlans)}
+    owners = {id(plans): name.removeprefix("fusedmlp.ops.") for name, plans in common.call_plans_by_name().items()}
     before = {id(p): p.hits for p in common.CallPlans.instances}
     for _ in range(calls):
         step()

@@ -170,7 +170,7 @@ def check_repeated_steps(forward, reference, make_inputs, dtype=torch.bfloat16, 
     step or two to settle, and alternate a transient between two addresses). ``make_inputs()``
     -> (float64 masters, g64) on the GPU; a master that requires grad gets a gradient.
     Returns {plans' owner: steps replayed}, the owner named by the op module's attribute."""
-    from fusedmlp.ops._common import CallPlans
+    from fusedmlp.ops._common import CallPlans, call_plans_by_name
 
     sets = [make_inputs() for _ in range(5)]  # allocated before the steps
     leaves = [t.detach().to(dtype).requires_grad_(t.requires_grad) for t in sets[0][0]]
@@ -194,9 +194,7 @@ def check_repeated_steps(forward, reference, make_inputs, dtype=torch.bfloat16, 
             if leaf64.requires_grad:
                 assert_close(leaf.grad.cpu(), leaf64.grad, dtype, f"{what} step {step} grad of input {index}")
         del y
-    names = {id(value): f"{module.__name__}.{name}" for module in list(sys.modules.values())
-             if getattr(module, "__name__", "").startswith("fusedmlp.ops.")
-             for name, value in vars(module).items() if isinstance(value, CallPlans)}
+    names = {id(plans): name for name, plans in call_plans_by_name().items()}
     filed = {names.get(id(plans), repr(plans)): replayed[id(plans)] for plans in CallPlans.instances if plans.plans}
     assert filed, f"{what}: no call plan filed"
     assert all(count >= least for count in filed.values()), (what, filed)

@@ -751,6 +751,23 @@ def test_finished_calls_are_launched_again_under_their_memo_key(monkeypatch):
     assert len(compiled.calls) == 3 and not launch_mod.launch_prepared(kernel, unhashable)
 
 
+def test_every_call_plan_is_named():
+    """``call_plans_by_name`` names each op's plans once by its module attribute (the repeated-step
+    tests and benchmarks/call_plans_host.py report replays by those names)."""
+    import fusedmlp.ops.glu
+    import fusedmlp.ops.linear_act
+    import fusedmlp.ops.lora
+    import fusedmlp.ops.swiglu  # noqa: F401
+    from fusedmlp.ops._common import CallPlans, call_plans_by_name
+
+    named = call_plans_by_name()
+    # (a test may make plans of its own, which no module holds)
+    assert len({id(plans) for plans in named.values()}) == len(named) >= 12
+    assert all(any(plans is other for other in CallPlans.instances) for plans in named.values())
+    assert named["fusedmlp.ops.glu._fwd_plans"] is fusedmlp.ops.glu._fwd_plans
+    assert named["fusedmlp.ops.swiglu._dx_plans"] is fusedmlp.ops.swiglu._dx_plans
+
+
 @pytest.mark.parametrize("blocks_only", [True, False], ids=["block-shape-hook", "other-hook"])
 def test_finished_calls_with_a_config_pre_hook(monkeypatch, blocks_only):
     """On any machine: a config's pre-hook that only gives descriptors their block shapes (the

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import math
 import os
+import sys
 import threading
 
 import torch
@@ -479,6 +480,14 @@ def clear_call_plans() -> None:
     """Drop the call plans of every op (``CallPlans``)."""
     for plans in CallPlans.instances:
         plans.plans.clear()
+
+
+def call_plans_by_name() -> dict:
+    """{"fusedmlp.ops.MODULE.ATTRIBUTE": its ``CallPlans``} over the op modules loaded (the tests
+    and benchmarks/call_plans_host.py count each one's replays)."""
+    return {f"{module.__name__}.{name}": value for module in list(sys.modules.values())
+            if getattr(module, "__name__", "").startswith("fusedmlp.ops.")
+            for name, value in vars(module).items() if isinstance(value, CallPlans)}
 
 
 def _cuda_times(forms: dict, block_ms: float = 60.0, passes: int = 2) -> dict:

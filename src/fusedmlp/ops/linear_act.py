@@ -196,8 +196,8 @@ def _launch_fwd(x, weight, bias, act, store_pre):
 
         key = (x.device.index, x.dtype, common["M_KEY"], n, k, act, bias is not None, store_pre)
         forms = _forward_forms(x, n, k, act, store_pre)
-        _fwd_plans.run(plan, lambda: linear_forward_form.run(
-            key, forms, "resident" if "resident" in forms else "alternating", launch))
+        with _fwd_plans.filing(plan):
+            linear_forward_form.run(key, forms, "resident" if "resident" in forms else "alternating", launch)
         return y, pre
     grid = lambda meta: (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
     _fwd_launcher.launch(

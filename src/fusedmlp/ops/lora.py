@@ -330,7 +330,8 @@ def _launch_fwd(x, weight, bias, lora_a, lora_b, xs_given, scale, act, store_pre
 
     pingpong = not in_loop and pingpong_eligible(x, weight, y, xs, lora_b, *((pre,) if store_pre else ()))
     if pingpong and k <= LORA_PINGPONG_MAX_K:
-        _fwd_plans.run(plan, lambda: launch_pingpong_form(LINEAR_PINGPONG_CONFIG))
+        with _fwd_plans.filing(plan):
+            launch_pingpong_form(LINEAR_PINGPONG_CONFIG)
         return y, pre, xs
     lora_strides = dict(stride_lbn=lora_b.stride(0), stride_lbr=lora_b.stride(1), stride_xsm=xs.stride(0))
     if tma_eligible(x, weight, y, *((lora_a,) if in_loop else ()), *((pre,) if store_pre else ())):
@@ -349,8 +350,8 @@ def _launch_fwd(x, weight, bias, lora_a, lora_b, xs_given, scale, act, store_pre
             )
 
         key = (x.device.index, x.dtype, common["M_KEY"], n, k, r, act, bias is not None, store_pre)
-        _fwd_plans.run(plan, lambda: lora_forward_form.run(
-            key, LORA_FORWARD_FORMS if pingpong else ("tma",), "tma", launch))
+        with _fwd_plans.filing(plan):
+            lora_forward_form.run(key, LORA_FORWARD_FORMS if pingpong else ("tma",), "tma", launch)
         return y, pre, xs
     grid = lambda meta: (cdiv(m, meta["BLOCK_M"]) * cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
     _fwd_launcher.launch(
