@@ -3,16 +3,16 @@ time (plain and graphed), the peak, and the host's time per step with its parts.
 
     PYTHONPATH=src python3 benchmarks/geglu_chunk_host.py [SHAPES] [--rounds 3] [--plans one,r2]
 
-SHAPES: d x N, comma-separated (default 1024x8192). Plans: ``one`` (dh in one piece, the
-library's rule at these shapes), ``lib`` (the library's ``_dh_chunks``) and ``rK`` (K equal row
-chunks, whole 128-row blocks). (The run of 2026-11-29 had ``lib`` as a rule tried and not kept:
-a dh of 64-256 MiB in row chunks of at most 64 MiB, two at 1024 x 8192 and 2048 x 8192, four
-at 1024 x 16384; ``r2`` and ``r4`` give the same chunks now.) Per round, every
-plan in turn (every other round reversed): the bench's plain step (``measure``: do_bench, L2
-flushed), the step replayed from a CUDA graph, the peak MiB above the inputs, and the host's
-microseconds per step timed from an idle GPU (synchronise, then the call's wall time: the
-GPU work queued by the call does not hold the host back). Then one pass of 20 steps per plan
-with the op layer's functions wrapped in timers (inclusive host microseconds per step).
+SHAPES: d x N, comma-separated (default 1024x8192). Plans: ``one`` (dh in one piece), ``lib`` (the
+library's ``_dh_chunks``: two chunks for a recompute dh of 64-256 MiB, by rows where the rows
+number at least 8192, else by columns), ``rK`` (K equal row chunks, whole 128-row blocks) and
+``cK`` (K column chunks, whole 128-column multiples). (In the run of 2026-11-29 ``lib`` was a
+rule tried then and not kept: a dh of 64-256 MiB in row chunks of at most 64 MiB.) Per round,
+every plan in turn (every other round reversed): the bench's plain step (``measure``: do_bench,
+L2 flushed), the step replayed from a CUDA graph, the peak MiB above the inputs, and the host's
+microseconds per step timed from an idle GPU (synchronise, then the call's wall time: the GPU
+work queued by the call does not hold the host back). Then one pass of 20 steps per plan with
+the op layer's functions wrapped in timers (inclusive host microseconds per step).
 Floor: three cuBLAS GEMMs of the shape. bf16; writes geglu_chunk_host.json to $OUT (or /tmp).
 """
 import argparse
@@ -40,7 +40,10 @@ def plan_of(name):
     def row_chunks(m, out, row_bytes, columns_allowed):
         height = triton.cdiv(triton.cdiv(m, count), 128) * 128
         return False, [(start, min(start + height, m)) for start in range(0, m, height)]
-    return row_chunks
+
+    def column_chunks(m, out, row_bytes, columns_allowed):
+        return True, glu.column_ranges(out, count)
+    return {"r": row_chunks, "c": column_chunks}[name[0]]
 
 
 

@@ -669,6 +669,43 @@ def test_backward_in_column_chunks(device, monkeypatch, dtype, bias):
                             f"column chunks {chunks}")
 
 
+def test_recompute_halves_rule():
+    """The recompute mode's two chunks for a dh of 64-256 MiB (bf16 rows of 2 * out values), at
+    the sizes the rule was measured for; the store mode and the other sizes keep their rules."""
+    import fusedmlp.ops.glu as glu_ops
+
+    def chunks(d, n, recompute=True):
+        return glu_ops._dh_chunks(n, 4 * d, 2 * 4 * d * 2, recompute)
+
+    assert chunks(1024, 8192) == (False, [(0, 4096), (4096, 8192)])  # 128 MiB: rows
+    assert chunks(2048, 4096) == (True, [(0, 4096), (4096, 8192)])  # 128 MiB, too few rows: columns
+    assert chunks(1024, 8192 + 200) == (False, [(0, 4224), (4224, 8392)])  # whole 128-row blocks
+    assert chunks(1024, 16384) == (False, [(0, 8192), (8192, 16384)])  # 256 MiB, the upper end
+    assert chunks(2048, 8192) == (False, [(0, 4096), (4096, 8192)])
+    assert chunks(1024, 4096) == (False, [(0, 4096)])  # 64 MiB: whole
+    assert chunks(1024, 8192, recompute=False) == (False, [(0, 8192)])
+    assert len(chunks(1024, 32768)[1]) == 4  # above 256 MiB: the shared rule
+    assert chunks(2048, 16384)[0] is False and len(chunks(2048, 16384)[1]) == 4
+
+
+@pytest.mark.parametrize("by", ["rows", "columns"])
+def test_backward_in_recompute_halves(device, monkeypatch, by):
+    """The recompute mode's halves of dh (rows, or columns where the rows are too few):
+    dx, dW and db against float64."""
+    import fusedmlp.ops._common as common
+    import fusedmlp.ops.glu as glu_ops
+
+    n, out = (300, 40) if by == "rows" else (200, 320)
+    monkeypatch.setattr(common, "BWD_MIN_CHUNK_ROWS", 128)
+    monkeypatch.setattr(common, "GLU_RECOMPUTE_HALVES_BYTES", 0)  # halve however small
+    row_bytes = 2 * out * 2
+    by_columns, chunks = glu_ops._dh_chunks(n, out, row_bytes, True)
+    assert by_columns == (by == "columns") and len(chunks) == 2, chunks
+    x64, w64, b64, g64 = make_inputs((n,), 40, out, torch.bfloat16, device)
+    cast = lambda t: t.to(torch.bfloat16)  # noqa: E731
+    check_against_reference(cast(x64), cast(w64), cast(b64), cast(g64), True, f"halves {chunks}")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("index", range(len(GLU_TMA_CONFIGS)))
 def test_every_tma_config_on_gpu(monkeypatch, index):

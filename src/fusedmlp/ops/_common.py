@@ -651,6 +651,13 @@ BWD_CHUNK_BYTES = 256 * 2**20
 # spread (0.6-1.0% slower in interleaved runs); at d = 8192 16 chunks tied 10 (H100,
 # benchmarks/geglu_dh_chunks.py, benchmarks/NOTES.md).
 BWD_COLUMN_CHUNK_BYTES = 64 * 2**20
+# GEGLU's recompute mode (the memory mode) halves a dh above this and up to BWD_CHUNK_BYTES, which
+# the rules above keep in one piece: two row chunks where each has BWD_MIN_CHUNK_ROWS, else two
+# column chunks (ops/glu.py ``_dh_chunks``). The step's peak against Liger-Kernel's: 0.64x -> 0.46x
+# at d = 1024, N = 8192 for 3.5-4.3% of the graphed step; 0.78x -> 0.55x at 1024 x 16384 and
+# 0.83x -> 0.61x at 2048 x 8192 for 0-1.7% (H200, benchmarks/NOTES.md, "GEGLU's recompute dh in
+# halves"). The other ops keep 256 MiB: their lean modes keep a product, and chunks cost host time.
+GLU_RECOMPUTE_HALVES_BYTES = 64 * 2**20
 
 
 def kernel_backward(backward):
