@@ -1,11 +1,12 @@
-"""GEGLU's recompute fwd+bwd with dh in one piece against the library's row chunks: the GPU's
-time (plain and graphed), the peak, and the host's time per step with its parts.
+"""GEGLU's recompute fwd+bwd with dh in one piece, in the library's chunks or in other chunks:
+the GPU's time (plain and graphed), the peak, and the host's time per step with its parts.
 
     PYTHONPATH=src python3 benchmarks/geglu_chunk_host.py [SHAPES] [--rounds 3] [--plans one,r2]
 
 SHAPES: d x N, comma-separated (default 1024x8192). Plans: ``one`` (dh in one piece), ``lib`` (the
 library's ``_dh_chunks``: two chunks for a recompute dh of 64-256 MiB, by rows where the rows
-number at least 8192, else by columns), ``rK`` (K equal row chunks, whole 128-row blocks) and
+number at least 8192, else by columns; above 256 MiB row chunks of at most 512 MiB where
+4096-row chunks allow it), ``rK`` (K equal row chunks, whole 128-row blocks) and
 ``cK`` (K column chunks, whole 128-column multiples). (In the run of 2026-11-29 ``lib`` was a
 rule tried then and not kept: a dh of 64-256 MiB in row chunks of at most 64 MiB.) Per round,
 every plan in turn (every other round reversed): the bench's plain step (``measure``: do_bench,

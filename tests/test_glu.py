@@ -669,9 +669,10 @@ def test_backward_in_column_chunks(device, monkeypatch, dtype, bias):
                             f"column chunks {chunks}")
 
 
-def test_recompute_halves_rule():
-    """The recompute mode's two chunks for a dh of 64-256 MiB (bf16 rows of 2 * out values), at
-    the sizes the rule was measured for; the store mode and the other sizes keep their rules."""
+def test_recompute_chunk_rules():
+    """The recompute mode's two chunks for a dh of 64-256 MiB and its row chunks of at most 512 MiB
+    (bf16 rows of 2 * out values), at the sizes the rules were measured for; the store mode and
+    the other sizes keep the shared rule."""
     import fusedmlp.ops.glu as glu_ops
 
     def chunks(d, n, recompute=True):
@@ -684,8 +685,13 @@ def test_recompute_halves_rule():
     assert chunks(2048, 8192) == (False, [(0, 4096), (4096, 8192)])
     assert chunks(1024, 4096) == (False, [(0, 4096)])  # 64 MiB: whole
     assert chunks(1024, 8192, recompute=False) == (False, [(0, 8192)])
-    assert len(chunks(1024, 32768)[1]) == 4  # above 256 MiB: the shared rule
+    assert len(chunks(1024, 32768)[1]) == 4  # above 256 MiB: the shared rule's four row chunks
     assert chunks(2048, 16384)[0] is False and len(chunks(2048, 16384)[1]) == 4
+    # row chunks of at most 512 MiB where 4096-row chunks allow it: 8 x 512 MiB at 8192 x 32768
+    assert chunks(8192, 32768) == (False, [(start, start + 4096) for start in range(0, 32768, 4096)])
+    assert len(chunks(8192, 65536)[1]) == 16 and len(chunks(4096, 65536)[1]) == 8
+    assert len(chunks(8192, 16384)[1]) == 4  # 512 MiB chunks of 4096 rows already
+    assert len(chunks(8192, 32768, recompute=False)[1]) == 4  # the store mode: the shared rule
 
 
 @pytest.mark.parametrize("by", ["rows", "columns"])

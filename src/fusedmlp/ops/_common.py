@@ -656,8 +656,14 @@ BWD_COLUMN_CHUNK_BYTES = 64 * 2**20
 # column chunks (ops/glu.py ``_dh_chunks``). The step's peak against Liger-Kernel's: 0.64x -> 0.46x
 # at d = 1024, N = 8192 for 3.5-4.3% of the graphed step; 0.78x -> 0.55x at 1024 x 16384 and
 # 0.83x -> 0.61x at 2048 x 8192 for 0-1.7% (H200, benchmarks/NOTES.md, "GEGLU's recompute dh in
-# halves"). The other ops keep 256 MiB: their lean modes keep a product, and chunks cost host time.
+# halves, and in row chunks of at most 512 MiB"). The other ops keep 256 MiB: their lean modes keep
+# a product, and chunks cost host time.
 GLU_RECOMPUTE_HALVES_BYTES = 64 * 2**20
+# Above BWD_CHUNK_BYTES it keeps its row chunks within this where rows allow (at least
+# BWD_MIN_CHUNK_ROWS each, so more than BWD_MAX_CHUNKS chunks): at d = 8192, N = 32768 eight chunks of
+# 512 MiB in place of four of 1 GiB took the peak from 0.602x Liger's to 0.535x, in the same time
+# within 0.6% (H200, the same section of NOTES.md).
+GLU_RECOMPUTE_MAX_CHUNK_BYTES = 512 * 2**20
 
 
 def kernel_backward(backward):

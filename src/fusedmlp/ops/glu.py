@@ -36,6 +36,9 @@ its dW rows are written whole, and dx adds its two products (one rounding per pr
 The recompute mode, the memory mode, also halves a dh of 64-256 MiB (by rows where both
 halves have 4096 rows, else by columns): at d = 1024, N = 8192 that takes the step's peak
 from 0.64x Liger-Kernel's to 0.46x for about 4% of its time (``GLU_RECOMPUTE_HALVES_BYTES``).
+Above 256 MiB its row chunks hold at most 512 MiB where 4096-row chunks allow it, more than 4
+of them (``GLU_RECOMPUTE_MAX_CHUNK_BYTES``: 0.5-1.5 GiB less at d >= 4096 with 32768+ rows, in
+the same time within 0.6%).
 
 A training loop's repeated calls (the same tensors, as the caching allocator hands them out
 step after step) replay the forward's launch and the dh kernels' (the store mode's stream,
@@ -555,11 +558,15 @@ def _dh_chunks(m, out, row_bytes, columns_allowed):
     multiples of 128 columns (whole tiles of the dh kernel, 16-byte aligned views of g).
     In recompute mode a dh that those rules keep whole but that exceeds
     ``GLU_RECOMPUTE_HALVES_BYTES`` goes in two chunks: two row ranges (whole row blocks) where
-    the rows number at least 2 * ``BWD_MIN_CHUNK_ROWS``, else two column ranges."""
+    the rows number at least 2 * ``BWD_MIN_CHUNK_ROWS``, else two column ranges; and row chunks
+    hold at most ``GLU_RECOMPUTE_MAX_CHUNK_BYTES`` where their rows allow it (more than
+    ``BWD_MAX_CHUNKS`` chunks)."""
     dh_bytes = m * row_bytes
-    if (columns_allowed and dh_bytes > _common.BWD_CHUNK_BYTES and out >= 256
-            and m < _common.BWD_MAX_CHUNKS * _common.BWD_MIN_CHUNK_ROWS):
-        return True, column_ranges(out, cdiv(dh_bytes, _common.BWD_COLUMN_CHUNK_BYTES))
+    if columns_allowed and dh_bytes > _common.BWD_CHUNK_BYTES:
+        if out >= 256 and m < _common.BWD_MAX_CHUNKS * _common.BWD_MIN_CHUNK_ROWS:
+            return True, column_ranges(out, cdiv(dh_bytes, _common.BWD_COLUMN_CHUNK_BYTES))
+        count = max(_common.BWD_MAX_CHUNKS, cdiv(dh_bytes, _common.GLU_RECOMPUTE_MAX_CHUNK_BYTES))
+        return False, backward_row_chunks(m, GLU_BWD_BLOCK_M, row_bytes, rows=cdiv(m, count))
     if columns_allowed and _common.GLU_RECOMPUTE_HALVES_BYTES < dh_bytes <= _common.BWD_CHUNK_BYTES:
         if m >= 2 * _common.BWD_MIN_CHUNK_ROWS:
             half = cdiv(cdiv(m, 2), GLU_BWD_BLOCK_M) * GLU_BWD_BLOCK_M
