@@ -694,6 +694,24 @@ def test_recompute_chunk_rules():
     assert len(chunks(8192, 32768, recompute=False)[1]) == 4  # the store mode: the shared rule
 
 
+def test_backward_in_more_than_four_row_chunks(device, monkeypatch):
+    """The recompute mode's row chunks beyond the shared rule's four (``GLU_RECOMPUTE_MAX_CHUNK_BYTES``):
+    dW and db accumulated over six chunks, dx row by row, against float64."""
+    import fusedmlp.ops._common as common
+    import fusedmlp.ops.glu as glu_ops
+
+    monkeypatch.setattr(common, "BWD_MIN_CHUNK_ROWS", 128)
+    monkeypatch.setattr(common, "BWD_CHUNK_BYTES", 0)
+    monkeypatch.setattr(common, "GLU_RECOMPUTE_MAX_CHUNK_BYTES", 1)  # chunks of the least rows
+    n, out = 700, 24  # chunks of 128 rows, the last of 60
+    by_columns, chunks = glu_ops._dh_chunks(n, out, 2 * out * 2, True)
+    assert not by_columns and len(chunks) == 6 and chunks[-1] == (640, 700), chunks
+    assert len(glu_ops._dh_chunks(n, out, 2 * out * 2, False)[1]) == 3  # the store mode: the shared rule
+    x64, w64, b64, g64 = make_inputs((n,), 40, out, torch.bfloat16, device)
+    cast = lambda t: t.to(torch.bfloat16)  # noqa: E731
+    check_against_reference(cast(x64), cast(w64), cast(b64), cast(g64), True, f"row chunks {chunks}")
+
+
 @pytest.mark.parametrize("by", ["rows", "columns"])
 def test_backward_in_recompute_halves(device, monkeypatch, by):
     """The recompute mode's halves of dh (rows, or columns where the rows are too few):
