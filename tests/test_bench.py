@@ -41,6 +41,9 @@ def test_summary_table_ratios():
     assert first["fused/compile"] == pytest.approx(0.1 / 0.4)
     assert first["fused_store/eager"] == pytest.approx(0.2 / 0.3)
     assert first["fused_graph/compile"] == pytest.approx(0.6 / 0.4)
+    assert first["fused/compile MiB"] == pytest.approx(10.0 / 40.0)  # peaks: plain against plain
+    assert first["fused_store/eager MiB"] == pytest.approx(20.0 / 30.0)
+    assert "fused_graph/compile MiB" not in first
     last = dict(zip(headers, table[-1]))  # the failed measurement: no time, no ratio
     assert last["compile ms"] is None and last["fused/compile"] is None
     text = harness.format_table(headers, table)

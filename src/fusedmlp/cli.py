@@ -170,7 +170,8 @@ def cmd_bench(args) -> int:
     save(rows)  # again: what a suite derives once every shape is done (geglu's act_nd) goes in the files too
     headers, table = suite.summary_table(rows)
     failed = [f"{r.impl} {r.mode} {r.shape}: {r.note}" for r in rows if r.note]
-    note = getattr(suite, "TABLE_NOTE", "median ms, ratio to the cuBLAS GEMM floor, peak MiB above inputs")
+    note = getattr(suite, "TABLE_NOTE",
+                   "median ms, ratio to the cuBLAS GEMM floor, peak MiB above inputs (a/b MiB: peak ratio)")
     mixed = " under autocast (fp32 weights)" if args.autocast else ""
     print(f"\n{args.suite} {args.dtype}{mixed} on {env['device']} (torch {env['torch']}, triton {env['triton']}); "
           f"{note}")

@@ -690,7 +690,9 @@ def autocast_run(dtype):
 
 def summary_table(rows: list[Measurement], impl_order, peers):
     """Headers and rows: one line per (shape, mode): ms per impl, ratios to the GEMM floor
-    and of each fused variant to each peer that ran (below 1 = fused is faster), peak MiB.
+    and of each fused variant to each peer that ran (below 1 = fused is faster), peak MiB,
+    and each plain fused variant's peak against each plain peer's (``fused/liger MiB``: below
+    1 = fused holds less; graphed steps' peaks are not measured).
     A plain fused variant is set against the plain peers only (a graphed peer pays no host
     time); a graphed one (``*_graph``) against every peer."""
     impls = [i for i in impl_order if any(r.impl == i for r in rows)]
@@ -706,6 +708,8 @@ def summary_table(rows: list[Measurement], impl_order, peers):
         headers += [f"{i}/gemm" for i in impls if i != "gemm"]
     headers += [f"{f}/{p}" for f, p in pairs]
     headers += [f"{i} MiB" for i in impls if i != "gemm"]
+    peak_pairs = [(f, p) for f, p in pairs if not f.endswith(GRAPHED)]
+    headers += [f"{f}/{p} MiB" for f, p in peak_pairs]
     table = []
     for shape, mode in keys:
         got = {i: lookup.get((shape, mode, i)) for i in impls}
@@ -714,7 +718,9 @@ def summary_table(rows: list[Measurement], impl_order, peers):
         if "gemm" in impls:
             line += [ratio(ms[i], ms["gemm"]) for i in impls if i != "gemm"]
         line += [ratio(ms[f], ms[p]) for f, p in pairs]
-        line += [(got[i].peak_mib if got[i] else None) for i in impls if i != "gemm"]
+        peak = {i: (got[i].peak_mib if got[i] else None) for i in impls}
+        line += [peak[i] for i in impls if i != "gemm"]
+        line += [ratio(peak[f], peak[p]) for f, p in peak_pairs]
         table.append(line)
     return headers, table
 

@@ -73,7 +73,8 @@ def run_gpu(shapes, dtype, impls, modes, on_shape_done=None) -> list[Measurement
     return rows
 
 
-TABLE_NOTE = "median ms, each fused impl's time over each peer's, peak MiB above inputs, GB/s moved"
+TABLE_NOTE = ("median ms, each fused impl's time over each peer's, peak MiB above inputs (a/b MiB: peak ratio), "
+              "GB/s moved")
 
 
 def summary_table(rows: list[Measurement]):
